@@ -1,0 +1,162 @@
+"""Sandbox throughput: run_batch vs a naive runner that starts a fresh `python3` per test.
+
+    python bench/bench_sandbox.py                 # 120 programs x 20 tests, 2 workers
+    python bench/bench_sandbox.py --programs 300 --workers 8 --isolation process
+
+Both runners judge the same programs (small competitive-programming solutions, a third of them wrong)
+side by side in one run, with the same number of concurrent workers. Printed: tests/s of each, the
+ratio, whether the verdicts agree, and the median per-test overhead of the sandbox above the
+program's own run time (own time = the same program exec'd in this process, no sandbox; overhead =
+sandbox wall time per test, one worker, minus that). Targets on a 2-core machine: ratio >= 10x,
+identical verdicts, median overhead < 2 ms.
+"""
+import argparse
+import concurrent.futures
+import contextlib
+import io
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from cobalt_min.sandbox import Limits, Sandbox, default_workers, resolve_isolation, run_batch, stdout_matches  # noqa
+
+# (name, correct program, wrong program, input generator, reference answer)
+TASKS = [
+    ("sum", "a, b = map(int, input().split())\nprint(a + b)\n",
+     "a, b = map(int, input().split())\nprint(a + b + (a > 900))\n",
+     lambda r: f"{r.randint(0, 1000)} {r.randint(0, 1000)}\n", lambda s: f"{sum(map(int, s.split()))}\n"),
+    ("sort", "import sys\nn, *xs = map(int, sys.stdin.read().split())\nprint(*sorted(xs))\n",
+     "import sys\nn, *xs = map(int, sys.stdin.read().split())\nprint(*sorted(xs)[:-1] if n > 8 else sorted(xs))\n",
+     lambda r: (lambda xs: f"{len(xs)}\n{' '.join(map(str, xs))}\n")([r.randint(-99, 99) for _ in range(r.randint(1, 12))]),
+     lambda s: " ".join(map(str, sorted(map(int, s.split()[1:])))) + "\n"),
+    ("words", "s = input()\nprint(len(s.split()))\n", "s = input()\nprint(s.count(' '))\n",
+     lambda r: " ".join("ab"[:r.randint(1, 2)] for _ in range(r.randint(1, 9))) + ("  \n" if r.random() < .5 else "\n"),
+     lambda s: f"{len(s.split())}\n"),
+    ("fib", "n = int(input())\na, b = 0, 1\nfor _ in range(n):\n    a, b = b, a + b\nprint(a)\n",
+     "n = int(input())\na, b = 0, 1\nfor _ in range(n - 1):\n    a, b = b, a + b\nprint(a)\n",
+     lambda r: f"{r.randint(0, 300)}\n", lambda s: f"{_fib(int(s))}\n"),
+    ("primes", "n = int(input())\ns = [1] * (n + 1)\ns[:2] = [0, 0][:n + 1]\nfor i in range(2, int(n ** .5) + 1):\n"
+     "    if s[i]:\n        s[i * i::i] = [0] * len(s[i * i::i])\nprint(sum(s))\n",
+     "n = int(input())\nprint(sum(all(k % d for d in range(2, k)) for k in range(2, n)))\n",
+     lambda r: f"{r.randint(0, 2000)}\n", lambda s: f"{_pi(int(s))}\n"),
+    ("reverse", "import sys\nfor line in sys.stdin:\n    print(line.rstrip('\\n')[::-1])\n",
+     "print(input()[::-1])\n",
+     lambda r: "".join("".join(r.choice("abc") for _ in range(r.randint(1, 6))) + "\n" for _ in range(r.randint(1, 3))),
+     lambda s: "".join(line[::-1] + "\n" for line in s.splitlines())),
+]
+
+
+def _fib(n):
+    a, b = 0, 1
+    for _ in range(n):
+        a, b = b, a + b
+    return a
+
+
+def _pi(n):
+    return sum(1 for k in range(2, n + 1) if all(k % d for d in range(2, int(k ** .5) + 1)))
+
+
+def make_jobs(n_programs, n_tests, seed=0):
+    rng = random.Random(seed)
+    jobs = []
+    for i in range(n_programs):
+        name, good, bad, gen, ref = TASKS[i % len(TASKS)]
+        inputs = [gen(rng) for _ in range(n_tests)]
+        program = bad if i % 3 == 2 else good
+        jobs.append((program, {"inputs": inputs, "outputs": [ref(x) for x in inputs]}))
+    return jobs
+
+
+def naive_judge(program_path, tests, timeout_s):
+    """The common harness: one fresh interpreter per test, subprocess.run with input and timeout."""
+    verdicts = []
+    for x, y in zip(tests["inputs"], tests["outputs"]):
+        try:
+            p = subprocess.run([sys.executable, program_path], input=x, capture_output=True, text=True,
+                               timeout=timeout_s)
+            verdicts.append(p.returncode == 0 and stdout_matches(p.stdout, y))
+        except subprocess.TimeoutExpired:
+            verdicts.append(False)
+    return verdicts
+
+
+def own_time_per_test(program, tests, repeat=3):
+    """The program's own run time per test: exec'd in this process with redirected stdin/stdout."""
+    code = compile(program, "solution.py", "exec")
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for x in tests["inputs"]:
+            old_stdin = sys.stdin
+            sys.stdin = io.StringIO(x)
+            try:
+                with contextlib.redirect_stdout(io.StringIO()):
+                    exec(code, {"__name__": "__main__"})
+            finally:
+                sys.stdin = old_stdin
+        best = min(best, (time.perf_counter() - start) / len(tests["inputs"]))
+    return best
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--programs", type=int, default=120, help="number of programs (default 120)")
+    ap.add_argument("--tests", type=int, default=20, help="tests per program (default 20)")
+    ap.add_argument("--workers", type=int, default=None, help="concurrent workers for both runners (default: CPUs)")
+    ap.add_argument("--isolation", default="auto", choices=["auto", "bwrap", "process"])
+    ap.add_argument("--overhead-programs", type=int, default=30, help="programs used for the overhead figure")
+    args = ap.parse_args()
+    workers = args.workers or default_workers()
+    isolation = resolve_isolation(args.isolation)
+    jobs = make_jobs(args.programs, args.tests)
+    n_tests = sum(len(t["inputs"]) for _, t in jobs)
+    print(f"{args.programs} programs x {args.tests} tests = {n_tests} tests, {workers} workers, isolation={isolation}")
+
+    start = time.perf_counter()
+    ours = run_batch(jobs, workers=workers, isolation=isolation, progress="run_batch")
+    t_ours = time.perf_counter() - start
+
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = []
+        for i, (program, _) in enumerate(jobs):
+            paths.append(os.path.join(tmp, f"p{i}.py"))
+            with open(paths[-1], "w") as f:
+                f.write(program)
+        start = time.perf_counter()
+        with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+            naive = list(pool.map(lambda i: naive_judge(paths[i], jobs[i][1], 4.0), range(len(jobs))))
+        t_naive = time.perf_counter() - start
+
+    agree = all([r.passed for r in res] == v for res, v in zip(ours, naive))
+    n_pass = sum(r.passed for res in ours for r in res)
+
+    # Per-test overhead, one worker: sandbox wall time per test minus the program's own time per test.
+    overheads = []
+    with Sandbox(Limits(), isolation) as sb:
+        sb.run(*jobs[0])  # start-up excluded: it is paid once per worker, not per test
+        for program, tests in jobs[:args.overhead_programs]:
+            start = time.perf_counter()
+            sb.run(program, tests)
+            per_test = (time.perf_counter() - start) / len(tests["inputs"])
+            overheads.append(per_test - own_time_per_test(program, tests))
+    median_ms = 1000 * statistics.median(overheads)
+
+    ratio = t_naive / t_ours
+    print(f"tests passed: {n_pass}/{n_tests}")
+    print(f"run_batch : {n_tests / t_ours:9.1f} tests/s  ({t_ours:.2f} s)")
+    print(f"naive     : {n_tests / t_naive:9.1f} tests/s  ({t_naive:.2f} s)")
+    print(f"speed-up  : {ratio:9.1f}x   (target >= 10x)   {'OK' if ratio >= 10 else 'BELOW TARGET'}")
+    print(f"verdicts  : {'identical' if agree else 'DIFFERENT'}")
+    print(f"overhead  : median {median_ms:.2f} ms per test above the program's own time "
+          f"(target < 2 ms)   {'OK' if median_ms < 2 else 'ABOVE TARGET'}")
+    sys.exit(0 if agree else 1)
+
+
+if __name__ == "__main__":
+    main()

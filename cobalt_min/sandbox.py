@@ -1,0 +1,618 @@
+"""Run untrusted, model-written Python programs against test cases, safely and fast.
+
+    results = run_tests(program, {"inputs": ["1 2\n"], "outputs": ["3\n"]})
+    batch = run_batch([(program, tests), ...], workers=2, progress=True)
+    python -m cobalt_min.sandbox solution.py tests.json [--timeout 4] [--memory-mb 1024]
+
+Tests use TACO's `input_output` format: {"inputs": [...], "outputs": [...], "fn_name"?: str}.
+Without fn_name a test is stdin -> stdout text; with fn_name each input is the list of positional
+arguments of `fn_name` (a top-level function, or a method of `Solution()` when the program defines
+`class Solution`) and each output is the expected return value.
+
+How it is built (see README "Sandbox"):
+- A sandbox is ONE long-lived runner process (sandbox_runner.py) started inside bubblewrap
+  (isolation="bwrap": no network, own pid namespace, read-only view of the Python install only,
+  a size-capped private /tmp, empty environment) or as a plain subprocess (isolation="process":
+  own session, no network when root, same rlimits). When the grader runs as root, the runner drops
+  to a uid reserved for this sandbox (RLIMIT_NPROC means nothing for uid 0), so "kill every process
+  of this uid" is a complete clean-up.
+- The runner forks a fresh copy of itself per test (fresh interpreter state, per-test rlimits and
+  wall clock, capped output) and reports stdout/stderr/exit status. The grader, in this process,
+  compares with the expected outputs, which never enter the sandbox.
+- If a program kills or freezes its runner, the test is judged, the runner is replaced, and the
+  remaining tests go on: a hostile program costs at most its timeouts plus a small margin.
+"""
+
+import argparse
+import concurrent.futures
+import dataclasses
+import fcntl
+import json
+import math
+import os
+import queue
+import select
+import shutil
+import struct
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import threading
+import time
+import warnings
+from pathlib import Path
+
+RUNNER_SOURCE = (Path(__file__).parent / "sandbox_runner.py").read_text()
+STATUSES = ("passed", "wrong_answer", "runtime_error", "timeout", "memory_limit", "output_limit")
+KEEP_CHARS = 4096  # each captured stream is kept as its first and last KEEP_CHARS characters
+SANDBOX_UID_BASE = int(os.environ.get("COBALT_SANDBOX_UID_BASE", "61000"))  # uids base .. base+255
+LOCK_DIR = Path(tempfile.gettempdir()) / "cobalt_min-sandbox-locks"
+
+
+class SandboxError(RuntimeError):
+    """The sandbox itself could not be started or used (not a verdict on a program)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    timeout_s: float = 4.0  # wall clock per test (the paper: 4 s); CPU time is capped at ceil(t) + 1
+    memory_mb: int = 1024  # address space per test (the authors: 1 GiB)
+    output_bytes: int = 1 << 20  # per stream; a program printing more is killed (output_limit)
+    total_timeout_s: float = 30.0  # all tests of one program (the authors' suites took ~27 s at most)
+    file_mb: int = 16  # largest file a program may write
+    max_files: int = 64  # open file descriptors
+    max_procs: int = 32  # processes + threads of the sandbox uid (root grader only)
+    tmp_mb: int = 64  # size of the private writable /tmp (bwrap)
+
+
+@dataclasses.dataclass
+class TestResult:
+    """The verdict on one test. `stdout`/`stderr` keep the head and tail of long streams."""
+    passed: bool
+    status: str  # one of STATUSES
+    stdout: str = ""
+    stderr: str = ""
+    time_s: float = 0.0
+    exit_code: int | None = None
+    detail: str = ""  # why the grader decided as it did, when that is not obvious
+
+    def to_dict(self):
+        return dataclasses.asdict(self)
+
+
+# ----------------------------------------------------------------------------- comparison
+
+
+def normalize_lines(text: str) -> list[str]:
+    """Lines with trailing whitespace removed, without leading or trailing empty lines.
+
+    Equivalent to the authors' `stdout.strip() == expected.strip()` except that leading spaces of the
+    first line and trailing spaces inside lines are not significant either way; lines are compared
+    in order, one to one (never as sets, never as prefixes)."""
+    lines = [line.rstrip() for line in text.splitlines()]
+    while lines and not lines[-1]:
+        lines.pop()
+    start = 0
+    while start < len(lines) and not lines[start]:
+        start += 1
+    return lines[start:]
+
+
+def _tokens_close(a: str, b: str, tol: float) -> bool:
+    if a == b:
+        return True
+    try:
+        x, y = float(a), float(b)
+    except ValueError:
+        return False
+    return math.isclose(x, y, rel_tol=tol, abs_tol=tol)
+
+
+def stdout_matches(got: str, expected: str, float_tol: float | None = None) -> bool:
+    """Line-by-line comparison of program output with the expected output (see normalize_lines).
+    With float_tol, tokens that both parse as numbers may differ by that absolute or relative amount."""
+    got_lines, exp_lines = normalize_lines(got), normalize_lines(expected)
+    if len(got_lines) != len(exp_lines):
+        return False
+    if float_tol is None:
+        return got_lines == exp_lines
+    for g, e in zip(got_lines, exp_lines):
+        g_tok, e_tok = g.split(), e.split()
+        if len(g_tok) != len(e_tok) or not all(_tokens_close(a, b, float_tol) for a, b in zip(g_tok, e_tok)):
+            return False
+    return True
+
+
+def _values_equal(got, expected, float_tol):
+    if isinstance(got, bool) or isinstance(expected, bool):
+        return type(got) is type(expected) and got == expected
+    if isinstance(got, (int, float)) and isinstance(expected, (int, float)):
+        if float_tol is not None:
+            return math.isclose(got, expected, rel_tol=float_tol, abs_tol=float_tol)
+        return got == expected
+    if isinstance(got, list) and isinstance(expected, list):
+        return len(got) == len(expected) and all(_values_equal(g, e, float_tol) for g, e in zip(got, expected))
+    if isinstance(got, dict) and isinstance(expected, dict):
+        return got.keys() == expected.keys() and all(_values_equal(got[k], expected[k], float_tol) for k in got)
+    return type(got) is type(expected) and got == expected
+
+
+def value_matches(got, expected, float_tol: float | None = None, taco_wrapped: bool = False) -> bool:
+    """Call-based comparison of JSON values (a returned tuple arrives as a list). With taco_wrapped
+    (TACO data only), an expected one-element list also accepts its element, as TACO's checker does."""
+    if _values_equal(got, expected, float_tol):
+        return True
+    return taco_wrapped and isinstance(expected, list) and len(expected) == 1 \
+        and _values_equal(got, expected[0], float_tol)
+
+
+def _keep_ends(text: str) -> str:
+    if len(text) <= 2 * KEEP_CHARS:
+        return text
+    return f"{text[:KEEP_CHARS]}\n...({len(text) - 2 * KEEP_CHARS} characters cut)...\n{text[-KEEP_CHARS:]}"
+
+
+def judge(report: dict, expected, fn_name: str | None, float_tol=None, taco_wrapped=False) -> TestResult:
+    """Turn the runner's report on one test into a verdict, comparing with `expected` here."""
+    out, err, code = report["stdout"], report["stderr"], report["exit"]
+
+    def verdict(passed, status, detail=""):
+        return TestResult(passed, status, _keep_ends(out), _keep_ends(err), report["time_s"], code, detail)
+
+    if report["output_limited"]:
+        return verdict(False, "output_limit", "the program printed more than the output limit")
+    if report["timed_out"]:
+        return verdict(False, "timeout")
+    if code != 0:
+        if "MemoryError" in err[-2000:]:
+            return verdict(False, "memory_limit")
+        if code == 121:
+            return verdict(False, "runtime_error", "the sandbox could not prepare the test")
+        return verdict(False, "runtime_error")
+    if fn_name is None:
+        ok = stdout_matches(out, expected, float_tol)
+        return verdict(ok, "passed" if ok else "wrong_answer")
+    if not report.get("result"):
+        return verdict(False, "runtime_error", "the function returned nothing the sandbox could read")
+    payload = json.loads(report["result"])
+    if "unserializable" in payload:
+        return verdict(False, "wrong_answer", "return value is not JSON-like: " + payload["unserializable"])
+    got = json.loads(payload["value"])
+    ok = value_matches(got, expected, float_tol, taco_wrapped)
+    return verdict(ok, "passed" if ok else "wrong_answer", "" if ok else f"returned {payload['value'][:200]}")
+
+
+# ----------------------------------------------------------------------------- isolation modes
+
+
+_BWRAP_OK: dict = {}
+
+
+def bwrap_available() -> bool:
+    """bubblewrap installed and able to start a sandbox here (checked once per process)."""
+    if "ok" not in _BWRAP_OK:
+        path = shutil.which("bwrap")
+        ok = False
+        if path:
+            try:
+                probe = subprocess.run(_bwrap_prefix(Limits()) + [sys.executable, "-I", "-c", "pass"],
+                                       capture_output=True, timeout=30)
+                ok = probe.returncode == 0
+            except (OSError, subprocess.TimeoutExpired):
+                ok = False
+        _BWRAP_OK["ok"] = ok
+    return _BWRAP_OK["ok"]
+
+
+def resolve_isolation(isolation: str) -> str:
+    """'auto' -> 'bwrap' when it works here, else 'process' (with a warning, once)."""
+    if isolation not in ("auto", "bwrap", "process"):
+        raise ValueError(f"isolation must be auto, bwrap or process, not {isolation!r}")
+    if isolation == "process":
+        return "process"
+    if bwrap_available():
+        return "bwrap"
+    if isolation == "bwrap":
+        raise SandboxError("isolation='bwrap' was asked for but bubblewrap is missing or cannot start here: "
+                           "install it (apt-get install bubblewrap) or use --isolation process.")
+    if not _BWRAP_OK.get("warned"):
+        _BWRAP_OK["warned"] = True
+        warnings.warn("bubblewrap (bwrap) is not available: programs run with isolation='process' "
+                      "(rlimits and a separate session, but they see the file system"
+                      + ("" if os.geteuid() == 0 else " and run as your own user") + "). "
+                      "Install bubblewrap for real isolation.", stacklevel=3)
+    return "process"
+
+
+def _python_paths() -> list[str]:
+    """Folders the interpreter needs, read-only: its install, the venv, and site-packages."""
+    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable)),
+             sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"]}
+    for p in sys.path:
+        if p and os.path.isdir(p) and ("site-packages" in p or "dist-packages" in p):
+            paths.add(p)
+    keep = sorted(p for p in paths if p and os.path.exists(p))
+    return [p for p in keep if not any(p != q and p.startswith(q.rstrip("/") + "/") for q in keep)]
+
+
+def _bwrap_prefix(limits: Limits) -> list[str]:
+    args = ["bwrap", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
+            "--die-with-parent", "--new-session", "--clearenv",
+            "--ro-bind", "/usr", "/usr", "--proc", "/proc", "--dev", "/dev"]
+    if os.geteuid() != 0:
+        args[1:1] = ["--unshare-user"]  # unprivileged bwrap works through a user namespace
+    for name in ("bin", "lib", "lib32", "lib64", "sbin"):
+        p = Path("/") / name
+        if p.is_symlink():
+            args += ["--symlink", os.readlink(p), str(p)]
+        elif p.is_dir():
+            args += ["--ro-bind", str(p), str(p)]
+    for f in ("/etc/ld.so.cache", "/etc/localtime", "/etc/alternatives"):
+        if os.path.exists(f):
+            args += ["--ro-bind", f, f]
+    made = {"/", "/usr", "/proc", "/dev", "/tmp"}
+    for p in _python_paths():
+        parts = Path(p).parts
+        for i in range(2, len(parts)):  # world-traversable parents, whatever the host's modes
+            parent = str(Path(*parts[:i]))
+            if parent not in made:
+                made.add(parent)
+                args += ["--perms", "0755", "--dir", parent]
+        if p not in made and not p.startswith("/usr/"):
+            args += ["--ro-bind", p, p]
+    args += ["--size", str(limits.tmp_mb << 20), "--perms", "1777", "--tmpfs", "/tmp", "--chdir", "/tmp",
+             "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/tmp", "--setenv", "LANG", "C.UTF-8",
+             "--setenv", "OPENBLAS_NUM_THREADS", "1", "--setenv", "OMP_NUM_THREADS", "1"]
+    if os.geteuid() == 0:  # the runner needs these two to drop to the sandbox uid, then has none
+        args += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    return args
+
+
+class _UidLease:
+    """A uid reserved for one live sandbox, across threads AND processes on this machine (flock)."""
+
+    def __init__(self):
+        LOCK_DIR.mkdir(mode=0o700, exist_ok=True)
+        for uid in range(SANDBOX_UID_BASE, SANDBOX_UID_BASE + 256):
+            f = open(LOCK_DIR / f"uid-{uid}.lock", "a")
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                f.close()
+                continue
+            self.uid, self._file = uid, f
+            return
+        raise SandboxError(f"all 256 sandbox uids from {SANDBOX_UID_BASE} are in use; "
+                           "set COBALT_SANDBOX_UID_BASE to another free range.")
+
+    def release(self):
+        self._file.close()
+
+
+# ----------------------------------------------------------------------------- one sandbox
+
+
+class Sandbox:
+    """One live runner process; `run(program, tests)` judges all tests of one program.
+
+    Use as a context manager. Not thread-safe: one Sandbox per thread (run_batch does that)."""
+
+    def __init__(self, limits: Limits = Limits(), isolation: str = "auto"):
+        self.limits = limits
+        self.isolation = resolve_isolation(isolation)
+        self._proc = None
+        self._lease = _UidLease() if os.geteuid() == 0 else None
+        self._tmp = None
+        self.restarts = 0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _start(self):
+        uid = self._lease.uid if self._lease else None
+        settings = {"uid": uid, "pidns": self.isolation == "bwrap",
+                    "kill_all": self.isolation == "bwrap" or uid is not None,
+                    "unshare_net": self.isolation == "process" and uid is not None,
+                    "parent": os.getpid() if self.isolation == "process" else None,
+                    "reopen_paths": self.isolation == "process"}
+        if self.isolation == "bwrap":
+            settings["tmp"] = "/tmp"
+            cmd = _bwrap_prefix(self.limits)
+            env = None
+        else:
+            if self._tmp is None:
+                self._tmp = tempfile.mkdtemp(prefix="cobalt_min-sandbox-")
+                if uid is not None:
+                    os.chown(self._tmp, uid, uid)
+            settings["tmp"] = self._tmp
+            cmd = []
+            env = {"PATH": "/usr/bin:/bin", "HOME": self._tmp, "TMPDIR": self._tmp, "LANG": "C.UTF-8",
+                   "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+        cmd += [sys.executable, "-I", "-c", RUNNER_SOURCE, json.dumps(settings)]
+        self._errlog = tempfile.TemporaryFile()
+        self._proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._errlog,
+                                      env=env, start_new_session=True, close_fds=True)
+        self._buf, self._eof = b"", False
+        hello = self._recv(time.monotonic() + 30)
+        if not hello or not hello.get("ready"):
+            self._errlog.seek(0)
+            detail = self._errlog.read()[-2000:].decode(errors="replace").strip()
+            self._kill()
+            raise SandboxError(f"the sandbox runner ({self.isolation}) did not start: {detail or 'no message'}")
+
+    def _kill(self):
+        if self._proc is not None:
+            self._proc.kill()  # bwrap: --die-with-parent takes the whole pid namespace down with it
+            self._proc.wait()
+            for f in (self._proc.stdin, self._proc.stdout, self._errlog):
+                try:
+                    f.close()
+                except OSError:
+                    pass
+            self._proc = None
+
+    def close(self):
+        """Stop the runner and every process of the sandbox uid; release the uid."""
+        if self._proc is not None and self._proc.poll() is None:
+            try:
+                self._send({"op": "exit"})
+                self._proc.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        self._kill()
+        if self._lease is not None and self.isolation == "process":
+            # The runner may have died before cleaning up: one more start kills whatever is left.
+            try:
+                self._start()
+                self._send({"op": "exit"})
+                self._proc.wait(timeout=5)
+            except (OSError, SandboxError, subprocess.TimeoutExpired):
+                pass
+            self._kill()
+        if self._lease is not None:
+            self._lease.release()
+            self._lease = None
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+
+    def _send(self, msg):
+        data = json.dumps(msg).encode()
+        self._proc.stdin.write(struct.pack("!Q", len(data)) + data)
+        self._proc.stdin.flush()
+
+    def _recv(self, deadline):
+        """Next message from the runner, or None if it died or said nothing before `deadline`."""
+        fd = self._proc.stdout.fileno()
+        while True:
+            if len(self._buf) >= 8:
+                size = struct.unpack("!Q", self._buf[:8])[0]
+                if len(self._buf) >= 8 + size:
+                    body, self._buf = self._buf[8:8 + size], self._buf[8 + size:]
+                    try:
+                        return json.loads(body)
+                    except ValueError:
+                        self._eof = True  # garbled: treat the runner as lost
+                        return None
+            wait = deadline - time.monotonic()
+            if wait <= 0 or not select.select([fd], [], [], wait)[0]:
+                return None
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                self._eof = True
+                return None
+            self._buf += chunk
+
+    def run(self, program: str, tests: dict, float_tol: float | None = None) -> list[TestResult]:
+        """Judge `program` on every test of `tests` (TACO input_output dict), in order."""
+        inputs, outputs = check_tests(tests)
+        fn_name = tests.get("fn_name") or None
+        taco_wrapped = bool(tests.get("taco_wrapped_outputs"))
+        lim = self.limits
+        job = {"op": "run", "program": program, "inputs": inputs, "fn_name": fn_name,
+               "limits": {"timeout_s": lim.timeout_s, "memory_mb": lim.memory_mb, "output_bytes": lim.output_bytes,
+                          "file_mb": lim.file_mb, "max_files": lim.max_files,
+                          "max_procs": lim.max_procs if self._lease else 0}}
+        results: list[TestResult] = []
+        program_deadline = time.monotonic() + lim.total_timeout_s
+        while len(results) < len(inputs):
+            k = len(results)
+            if time.monotonic() >= program_deadline:
+                results.append(TestResult(False, "timeout", detail="the program's total time limit was reached"))
+                continue
+            if self._proc is None or self._proc.poll() is not None:
+                if self._proc is not None:
+                    self._kill()
+                    self.restarts += 1
+                self._start()
+            try:
+                self._send(dict(job, start=k))
+            except OSError:
+                self._kill()
+                continue
+            while len(results) < len(inputs):
+                k = len(results)
+                # The runner enforces timeout_s itself; the margin covers forking and reporting.
+                msg = self._recv(min(time.monotonic() + lim.timeout_s + 2.0, program_deadline + 2.0))
+                if msg is None or msg.get("i") != k:
+                    # Killed, frozen (SIGSTOP) or garbled by the program: judge the test, replace the runner.
+                    timed_out = msg is None and not self._eof
+                    self._kill()
+                    self.restarts += 1
+                    results.append(TestResult(False, "timeout" if timed_out else "runtime_error", detail=(
+                        "the sandbox stopped answering" if timed_out else "the program killed its sandbox")))
+                    break
+                results.append(judge(msg, outputs[k], fn_name, float_tol, taco_wrapped))
+            else:
+                if self._recv(time.monotonic() + 5) != {"done": True}:
+                    self._kill()
+        return results
+
+
+def check_tests(tests) -> tuple[list, list]:
+    """Validate a TACO input_output dict; return (inputs, outputs). Raises ValueError saying what is wrong."""
+    if not isinstance(tests, dict):
+        raise ValueError(f"tests must be a dict with 'inputs' and 'outputs', not {type(tests).__name__}")
+    inputs, outputs = tests.get("inputs"), tests.get("outputs")
+    if not isinstance(inputs, list) or not isinstance(outputs, list):
+        raise ValueError("tests must have 'inputs' and 'outputs' lists")
+    if len(inputs) != len(outputs):
+        raise ValueError(f"tests have {len(inputs)} inputs but {len(outputs)} outputs")
+    fn_name = tests.get("fn_name")
+    if fn_name is not None and not isinstance(fn_name, str):
+        raise ValueError("'fn_name' must be a string")
+    for k, x in enumerate(inputs):
+        if fn_name:
+            if not isinstance(x, list):
+                raise ValueError(f"test {k}: a call-based input must be the list of arguments, not {type(x).__name__}")
+        elif not isinstance(x, str):
+            raise ValueError(f"test {k}: a stdin input must be a string, not {type(x).__name__}")
+    if not fn_name and not all(isinstance(y, str) for y in outputs):
+        raise ValueError("stdin/stdout tests must have string outputs")
+    return inputs, outputs
+
+
+# ----------------------------------------------------------------------------- public API
+
+
+def _limits(timeout_s, memory_mb, **kw) -> Limits:
+    return Limits(timeout_s=timeout_s, memory_mb=memory_mb, **{k: v for k, v in kw.items() if v is not None})
+
+
+def run_tests(program: str, tests: dict, *, timeout_s: float = 4.0, memory_mb: int = 1024,
+              isolation: str = "auto", float_tol: float | None = None, **limits) -> list[TestResult]:
+    """Judge one program on all its tests in a fresh sandbox. Extra keywords: any field of Limits."""
+    with Sandbox(_limits(timeout_s, memory_mb, **limits), isolation) as sandbox:
+        return sandbox.run(program, tests, float_tol)
+
+
+def _run_chunk(chunk, limits, isolation, float_tol):
+    """Run a list of (program, tests) in ONE sandbox (module-level so executors can pickle it)."""
+    with Sandbox(limits, isolation) as sandbox:
+        return [sandbox.run(program, tests, float_tol) for program, tests in chunk]
+
+
+def default_workers() -> int:
+    """One worker per CPU this process may use."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def run_batch(jobs: list[tuple[str, dict]], *, timeout_s: float = 4.0, memory_mb: int = 1024,
+              workers: int | None = None, isolation: str = "auto", float_tol: float | None = None,
+              executor: concurrent.futures.Executor | None = None, progress: bool | str = False,
+              **limits) -> list[list[TestResult]]:
+    """Judge many (program, tests) jobs concurrently; results come back in job order.
+
+    workers: concurrent sandboxes (default: one per CPU; each runs one test at a time, so the machine
+    is never oversubscribed). executor: any concurrent.futures.Executor (a ProcessPoolExecutor, Ray's
+    or Dask's executor, ...) to fan the work out beyond this machine; jobs are sent in chunks, each
+    chunk judged by one sandbox where the executor runs it. progress: show a tqdm bar (a str is its label).
+    """
+    lim = _limits(timeout_s, memory_mb, **limits)
+    for i, (_, tests) in enumerate(jobs):
+        try:
+            check_tests(tests)
+        except ValueError as e:
+            raise ValueError(f"job {i}: {e}") from None
+    results: list = [None] * len(jobs)
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=len(jobs), desc=progress if isinstance(progress, str) else "sandbox", unit="prog")
+    try:
+        if executor is not None:
+            n_chunks = max(1, min(len(jobs), 4 * (workers or default_workers())))
+            chunks = [list(range(len(jobs)))[c::n_chunks] for c in range(n_chunks)]
+            futures = {executor.submit(_run_chunk, [jobs[i] for i in idx], lim, isolation, float_tol): idx
+                       for idx in chunks if idx}
+            for fut in concurrent.futures.as_completed(futures):
+                for i, res in zip(futures[fut], fut.result()):
+                    results[i] = res
+                if bar:
+                    bar.update(len(futures[fut]))
+            return results
+        todo: queue.Queue = queue.Queue()
+        for i in range(len(jobs)):
+            todo.put(i)
+        errors: list = []
+        isolation = resolve_isolation(isolation)  # resolve (and warn) once, not per thread
+
+        def worker():
+            try:
+                with Sandbox(lim, isolation) as sandbox:
+                    while not errors:
+                        try:
+                            i = todo.get_nowait()
+                        except queue.Empty:
+                            return
+                        program, tests = jobs[i]
+                        results[i] = sandbox.run(program, tests, float_tol)
+                        if bar:
+                            bar.update(1)
+            except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread below
+                errors.append(e)
+
+        n = max(1, min(workers or default_workers(), len(jobs)))
+        threads = [threading.Thread(target=worker, daemon=True) for _ in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+        return results
+    finally:
+        if bar:
+            bar.close()
+
+
+def pass_rate(results: list[TestResult]) -> float:
+    """Fraction of tests passed (0.0 for an empty list)."""
+    return sum(r.passed for r in results) / len(results) if results else 0.0
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="python -m cobalt_min.sandbox",
+        description="Run PROGRAM.py on the tests in TESTS.json (TACO input_output format) inside the sandbox "
+                    "and print one JSON object: passed, pass_rate, results. Exits 0 whatever the verdicts.")
+    parser.add_argument("program", help="the Python program to judge")
+    parser.add_argument("tests", help='JSON file: {"inputs": [...], "outputs": [...], "fn_name"?: str}')
+    parser.add_argument("--timeout", type=float, default=4.0, help="seconds per test (default 4, as the paper)")
+    parser.add_argument("--memory-mb", type=int, default=1024, help="address space per test (default 1024)")
+    parser.add_argument("--total-timeout", type=float, default=30.0, help="seconds for all tests (default 30)")
+    parser.add_argument("--float-tol", type=float, default=None, help="accept numbers within this tolerance")
+    parser.add_argument("--isolation", choices=["auto", "bwrap", "process"], default="auto",
+                        help="auto: bwrap when it works here, else process (default auto)")
+    args = parser.parse_args(argv)
+    try:
+        program = Path(args.program).read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        parser.exit(2, f"error: cannot read program {args.program}: {e}\n")
+    try:
+        tests = json.loads(Path(args.tests).read_text())
+        check_tests(tests)
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        parser.exit(2, f"error: {args.tests} is not a usable tests file: {e}\n")
+    try:
+        results = run_tests(program, tests, timeout_s=args.timeout, memory_mb=args.memory_mb,
+                            total_timeout_s=args.total_timeout, float_tol=args.float_tol, isolation=args.isolation)
+    except SandboxError as e:
+        parser.exit(3, f"error: {e}\n")
+    print(json.dumps({
+        "passed": [r.passed for r in results],
+        "pass_rate": pass_rate(results),
+        "results": [{"status": r.status, "time_s": round(r.time_s, 4), "stdout": r.stdout, "stderr": r.stderr}
+                    for r in results],
+    }))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,21 @@
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from cobalt_min import sandbox  # noqa: E402
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: long-running integration test (runs in CI; skip with -m 'not slow')")
+
+
+@pytest.fixture(params=["bwrap", "process"])
+def isolation(request):
+    """Both isolation modes; bwrap is skipped where it cannot run (CI installs it)."""
+    if request.param == "bwrap" and not sandbox.bwrap_available():
+        pytest.skip("bubblewrap is not available here")
+    return request.param

@@ -1,0 +1,215 @@
+"""The sandbox on well-behaved programs: every way of reading and writing, exits, call-based tests,
+the comparison rules, the batch API and the CLI. Hostile programs: test_sandbox_hostile.py."""
+import concurrent.futures
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from cobalt_min.sandbox import (Limits, Sandbox, normalize_lines, pass_rate, run_batch, run_tests, stdout_matches,
+                                value_matches)
+
+SUM_TESTS = {"inputs": ["1 2\n", "10 20\n", "-5 5\n"], "outputs": ["3\n", "30\n", "0\n"]}
+
+READERS = {
+    "input": "a, b = map(int, input().split())\nprint(a + b)\n",
+    "stdin_read": "import sys\na, b = map(int, sys.stdin.read().split())\nprint(a + b)\n",
+    "stdin_readline": "import sys\na, b = map(int, sys.stdin.readline().split())\nprint(a + b)\n",
+    "stdin_readlines": "import sys\na, b = map(int, sys.stdin.readlines()[0].split())\nprint(a + b)\n",
+    "stdin_buffer": "import sys\na, b = map(int, sys.stdin.buffer.read().split())\nprint(a + b)\n",
+    "for_line": "import sys\nfor line in sys.stdin:\n    a, b = map(int, line.split())\n    print(a + b)\n",
+    "open0": "a, b = map(int, open(0).read().split())\nprint(a + b)\n",
+    "os_read": "import os\na, b = map(int, os.read(0, 100).split())\nprint(a + b)\n",
+}
+WRITERS = {
+    "stdout_write": "import sys\na, b = map(int, input().split())\nsys.stdout.write(str(a + b) + '\\n')\n",
+    "os_write": "import os\na, b = map(int, input().split())\nos.write(1, f'{a + b}\\n'.encode())\n",
+    "buffer_write": "import sys\na, b = map(int, input().split())\nsys.stdout.buffer.write(b'%d\\n' % (a + b))\n",
+    "print_no_newline": "a, b = map(int, input().split())\nprint(a + b, end='')\n",
+    "print_flush_then_exit0": "import sys\na, b = map(int, input().split())\nprint(a + b)\nsys.exit(0)\n",
+    "exit_builtin": "a, b = map(int, input().split())\nprint(a + b)\nexit()\n",
+    "quit_builtin": "a, b = map(int, input().split())\nprint(a + b)\nquit()\n",
+    "raise_systemexit": "a, b = map(int, input().split())\nprint(a + b)\nraise SystemExit\n",
+    "main_guard": "def main():\n    a, b = map(int, input().split())\n    print(a + b)\n\nif __name__ == '__main__':\n    main()\n",
+    "threaded_main": ("import sys, threading\nsys.setrecursionlimit(10 ** 6)\nthreading.stack_size(1 << 26)\n"
+                     "def main():\n    a, b = map(int, input().split())\n    print(a + b)\n"
+                     "t = threading.Thread(target=main)\nt.start()\nt.join()\n"),
+    "atexit_print": "import atexit\na, b = map(int, input().split())\natexit.register(print, a + b)\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(READERS))
+def test_every_way_of_reading_stdin(isolation, name):
+    results = run_tests(READERS[name], SUM_TESTS, isolation=isolation)
+    assert [r.status for r in results] == ["passed"] * 3, results
+
+
+@pytest.mark.parametrize("name", sorted(WRITERS))
+def test_every_way_of_writing_stdout_and_exiting(isolation, name):
+    results = run_tests(WRITERS[name], SUM_TESTS, isolation=isolation)
+    assert [r.status for r in results] == ["passed"] * 3, results
+
+
+def test_nonzero_exits_are_runtime_errors(isolation):
+    for program in ["print(3)\nimport sys\nsys.exit(1)\n", "print(3)\nimport sys\nsys.exit('bad')\n",
+                    "print(3)\nraise ValueError('boom')\n", "print(3\n"]:
+        [r] = run_tests(program, {"inputs": ["\n"], "outputs": ["3\n"]}, isolation=isolation)
+        assert r.status == "runtime_error" and not r.passed, (program, r)
+    [r] = run_tests("print(3\n", {"inputs": ["\n"], "outputs": ["3\n"]}, isolation=isolation)
+    assert "SyntaxError" in r.stderr and "solution.py" in r.stderr
+    [r] = run_tests("x = 1\nraise ValueError('boom')\n", {"inputs": ["\n"], "outputs": ["\n"]}, isolation=isolation)
+    assert "ValueError: boom" in r.stderr and 'File "solution.py", line 2' in r.stderr
+    assert "sandbox_runner" not in r.stderr and "<string>" not in r.stderr  # only the program's frames
+
+
+def test_every_test_starts_from_fresh_state(isolation):
+    program = ("import os, math\n"
+               "seen = [os.path.exists('state.txt'), getattr(math, 'touched', False)]\n"
+               "open('state.txt', 'w').write('x')\nmath.touched = True\nprint(seen)\n")
+    results = run_tests(program, {"inputs": ["", "", ""], "outputs": ["[False, False]\n"] * 3}, isolation=isolation)
+    assert [r.status for r in results] == ["passed"] * 3, results
+
+
+def test_unicode_and_large_outputs(isolation):
+    [r] = run_tests("print('héllo ✓')\n", {"inputs": [""], "outputs": ["héllo ✓\n"]}, isolation=isolation)
+    assert r.passed
+    big = "\n".join(str(i) for i in range(100_000)) + "\n"  # ~590 KB: compared in full, kept head + tail
+    [r] = run_tests("for i in range(100000):\n    print(i)\n", {"inputs": [""], "outputs": [big]}, isolation=isolation)
+    assert r.passed and len(r.stdout) < 10_000 and "characters cut" in r.stdout and r.stdout.endswith("99999\n")
+    [r] = run_tests("for i in range(100000):\n    print(i)\nprint(1)\n", {"inputs": [""], "outputs": [big]},
+                    isolation=isolation)
+    assert r.status == "wrong_answer"
+
+
+def test_output_cap_kills_the_program(isolation):
+    [r] = run_tests("print('x' * 5000)\n", {"inputs": [""], "outputs": [""]}, isolation=isolation,
+                    output_bytes=1000)
+    assert r.status == "output_limit"
+
+
+def test_timeouts_are_per_test_and_total_is_capped(isolation):
+    program = "import time\nif input() == 'slow':\n    time.sleep(30)\nprint('ok')\n"
+    tests = {"inputs": ["fast\n", "slow\n", "fast\n"], "outputs": ["ok\n"] * 3}
+    start = time.monotonic()
+    results = run_tests(program, tests, timeout_s=0.5, isolation=isolation)
+    assert [r.status for r in results] == ["passed", "timeout", "passed"]
+    assert 0.5 <= results[1].time_s < 1.0 and time.monotonic() - start < 3.0
+    start = time.monotonic()
+    results = run_tests(program, {"inputs": ["slow\n"] * 5, "outputs": ["ok\n"] * 5}, timeout_s=0.5,
+                        total_timeout_s=1.2, isolation=isolation)
+    assert [r.status for r in results] == ["timeout"] * 5
+    assert time.monotonic() - start < 3.0
+
+
+CALL = {"inputs": [[1, 2], [3, 4]], "outputs": [3, 7], "fn_name": "add"}
+
+
+@pytest.mark.parametrize("program,statuses", [
+    ("def add(a, b):\n    return a + b\n", ["passed", "passed"]),
+    ("class Solution:\n    def add(self, a, b):\n        return a + b\n", ["passed", "passed"]),
+    ("def add(a, b):\n    print('debug')\n    return a + b\n", ["passed", "passed"]),
+    ("def add(a, b):\n    return a - b\n", ["wrong_answer", "wrong_answer"]),
+    ("def add(a, b):\n    return str(a + b)\n", ["wrong_answer", "wrong_answer"]),
+    ("def add(a, b):\n    return {a + b}\n", ["wrong_answer", "wrong_answer"]),
+    ("def plus(a, b):\n    return a + b\n", ["runtime_error", "runtime_error"]),
+    ("def add(a, b):\n    return a / 0\n", ["runtime_error", "runtime_error"]),
+    ("def add(a, b):\n    import sys\n    sys.exit(0)\n", ["runtime_error", "runtime_error"]),
+])
+def test_call_based(isolation, program, statuses):
+    assert [r.status for r in run_tests(program, CALL, isolation=isolation)] == statuses
+
+
+def test_call_based_values(isolation):
+    tests = {"inputs": [[[3, 1, 2]], [[]]], "outputs": [[[1, 2, 3], 3], [[], 0]], "fn_name": "f"}
+    program = "def f(xs):\n    return tuple(sorted(xs)), len(xs)\n"  # a tuple arrives as a list
+    assert all(r.passed for r in run_tests(program, tests, isolation=isolation))
+    wrapped = {"inputs": [[2]], "outputs": [[4]], "fn_name": "sq"}
+    program = "def sq(x):\n    return x * x\n"
+    assert not run_tests(program, wrapped, isolation=isolation)[0].passed  # not TACO data: no unwrapping
+    assert run_tests(program, dict(wrapped, taco_wrapped_outputs=True), isolation=isolation)[0].passed
+
+
+def test_comparison_rules():
+    assert stdout_matches("1\n2  \n\n\n", "1\n2")
+    assert stdout_matches("\n1\n2\n", "1\n2\n")
+    assert stdout_matches("1 2\r\n", "1 2\n")
+    assert not stdout_matches("2\n1\n", "1\n2\n")  # reordered
+    assert not stdout_matches("1\n1\n2\n", "1\n2\n")  # duplicated
+    assert not stdout_matches("1 2\n", "1\n2\n")  # joined
+    assert not stdout_matches("12\n", "1\n2\n")  # joined without a space
+    assert not stdout_matches("1\n", "1\n2\n")  # missing
+    assert not stdout_matches("1\n2\n3\n", "1\n2\n")  # prefix of the output
+    assert not stdout_matches("", "0\n")
+    assert not stdout_matches("1.0\n", "1\n")  # numbers compare as text by default
+    assert stdout_matches("0.3333333\n", "0.33333333\n", float_tol=1e-6)
+    assert not stdout_matches("0.3334\n", "0.33333333\n", float_tol=1e-6)
+    assert not stdout_matches("1 2 3\n", "1 2\n", float_tol=1e-6)
+    assert normalize_lines("\n\na  \nb\n\n") == ["a", "b"]
+    assert value_matches([1, [2, 3]], [1, [2, 3]]) and not value_matches([1, 2], [2, 1])
+    assert not value_matches(True, 1) and not value_matches(1, "1")
+    assert value_matches(0.1 + 0.2, 0.3, float_tol=1e-9) and not value_matches(0.1 + 0.2, 0.3)
+    assert value_matches(5, [5], taco_wrapped=True) and not value_matches(5, [5])
+
+
+def test_bad_tests_are_rejected_with_a_clear_message():
+    with pytest.raises(ValueError, match="2 inputs but 1 outputs"):
+        run_tests("print(1)", {"inputs": ["1", "2"], "outputs": ["1"]})
+    with pytest.raises(ValueError, match="list of arguments"):
+        run_tests("print(1)", {"inputs": ["1"], "outputs": [1], "fn_name": "f"})
+    with pytest.raises(ValueError, match="job 1"):
+        run_batch([("print(1)", SUM_TESTS), ("print(1)", {"inputs": "x"})])
+
+
+def test_run_batch_keeps_order_and_reuses_sandboxes(isolation):
+    jobs = [(f"a, b = map(int, input().split())\nprint(a + b + {i % 3 == 0})\n", SUM_TESTS) for i in range(12)]
+    results = run_batch(jobs, workers=2, isolation=isolation, progress="judging")
+    assert len(results) == 12
+    for i, res in enumerate(results):
+        assert [r.passed for r in res] == [i % 3 != 0] * 3
+        assert pass_rate(res) == (0.0 if i % 3 == 0 else 1.0)
+
+
+@pytest.mark.parametrize("kind", ["thread", "process"])
+def test_run_batch_with_an_executor(kind):
+    two = {"inputs": ["1 2\n", "2 2\n"], "outputs": ["3\n", "4\n"]}
+    jobs = [("a, b = map(int, input().split())\nprint(a * b)\n", two), (READERS["input"], SUM_TESTS)] * 3
+    pool = concurrent.futures.ThreadPoolExecutor(2) if kind == "thread" else concurrent.futures.ProcessPoolExecutor(2)
+    with pool:
+        results = run_batch(jobs, executor=pool, workers=2)
+    assert [[r.passed for r in res] for res in results] == [[False, True], [True] * 3] * 3
+
+
+def test_sandbox_object_survives_many_programs(isolation):
+    with Sandbox(Limits(timeout_s=2), isolation) as sb:
+        for i in range(5):
+            assert all(r.passed for r in sb.run(READERS["input"], SUM_TESTS))
+            assert not sb.run("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n", SUM_TESTS)[0].passed
+        assert sb.restarts >= 5
+
+
+def _cli(tmp_path, program, tests_text, *extra):
+    (tmp_path / "p.py").write_text(program)
+    (tmp_path / "t.json").write_text(tests_text)
+    return subprocess.run([sys.executable, "-m", "cobalt_min.sandbox", str(tmp_path / "p.py"),
+                           str(tmp_path / "t.json"), *extra], capture_output=True, text=True, timeout=60)
+
+
+def test_cli_prints_one_json_object_and_exits_zero(tmp_path):
+    proc = _cli(tmp_path, "a, b = map(int, input().split())\nprint(a - b if a < 0 else a + b)\n",
+                json.dumps(SUM_TESTS), "--timeout", "2")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["passed"] == [True, True, False] and out["pass_rate"] == pytest.approx(2 / 3)
+    assert [r["status"] for r in out["results"]] == ["passed", "passed", "wrong_answer"]
+    assert set(out["results"][0]) == {"status", "time_s", "stdout", "stderr"}
+
+
+@pytest.mark.parametrize("text,needle", [("{not json", "not a usable tests file"),
+                                         ('{"inputs": ["1"], "outputs": []}', "1 inputs but 0 outputs"),
+                                         ('[1, 2]', "must be a dict")])
+def test_cli_rejects_bad_tests_file(tmp_path, text, needle):
+    proc = _cli(tmp_path, "print(1)\n", text)
+    assert proc.returncode != 0 and needle in proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
