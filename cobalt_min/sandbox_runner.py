@@ -177,7 +177,8 @@ def run_child(code, compile_error, fn_name, args, stdin_fd, out_w, err_w, res_w,
     Signal dispositions need no change: the runner keeps CPython's own (SIGPIPE ignored, SIGINT ->
     KeyboardInterrupt), which is what `python solution.py` starts with."""
     try:
-        os.setpgid(0, 0)
+        if die_with_runner:
+            os.setpgid(0, 0)  # so that killpg reaches what it starts (no kill(-1) in this mode)
         os.dup2(stdin_fd, 0)
         os.dup2(out_w, 1)
         os.dup2(err_w, 2)
@@ -193,11 +194,6 @@ def run_child(code, compile_error, fn_name, args, stdin_fd, out_w, err_w, res_w,
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
         resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
         resource.setrlimit(resource.RLIMIT_STACK, (mem, mem))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limits["file_mb"] << 20,) * 2)
-        resource.setrlimit(resource.RLIMIT_NOFILE, (limits["max_files"],) * 2)
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        if limits["max_procs"]:
-            resource.setrlimit(resource.RLIMIT_NPROC, (limits["max_procs"],) * 2)
         sys.stdin, sys.stdout, sys.stderr = sys.__stdin__, sys.__stdout__, sys.__stderr__ = streams
         sys.argv = [PROGRAM_NAME]
         main = types.ModuleType("__main__")
@@ -297,6 +293,16 @@ def read_available(fd, chunks, sizes, key, cap):
         if room > 0:
             chunks[key].append(data[:room])
     return True
+
+
+def apply_shared_limits(limits):
+    """Limits that bind the runner as harmlessly as its tests: set once per job, inherited by each fork.
+    (Address space, stack and CPU time are set in each test child: the runner must not be bound.)"""
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limits["file_mb"] << 20,) * 2)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (limits["max_files"],) * 2)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if limits["max_procs"]:
+        resource.setrlimit(resource.RLIMIT_NPROC, (limits["max_procs"],) * 2)
 
 
 def run_one(settings, job, k, code, compile_error):
@@ -400,6 +406,7 @@ def main():
             code, compile_error = None, e
         linecache.cache[PROGRAM_NAME] = (len(job["program"]), None,
                                          job["program"].splitlines(True), PROGRAM_NAME)
+        apply_shared_limits(job["limits"])
         for k in range(job.get("start", 0), len(job["inputs"])):
             send(run_one(settings, job, k, code, compile_error))
         send({"done": True})
