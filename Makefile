@@ -8,7 +8,7 @@ $(BIN)/.installed: requirements.txt Makefile
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0  # the CPU build; requirements.txt then leaves it alone
-	$(BIN)/pip install -q -r requirements.txt pytest
+	$(BIN)/pip install -q -r requirements.txt pytest pyarrow matplotlib  # + optional extras the tests and demo use
 	touch $@
 
 .PHONY: setup test test-fast bench

@@ -76,6 +76,7 @@ class TestResult:
     time_s: float = 0.0
     exit_code: int | None = None
     detail: str = ""  # why the grader decided as it did, when that is not obvious
+    returned: str | None = None  # call-based tests: the returned value as JSON text (head kept)
 
     def to_dict(self):
         return dataclasses.asdict(self)
@@ -157,8 +158,15 @@ def judge(report: dict, expected, fn_name: str | None, float_tol=None, taco_wrap
     """Turn the runner's report on one test into a verdict, comparing with `expected` here."""
     out, err, code = report["stdout"], report["stderr"], report["exit"]
 
+    returned = None
+    if fn_name is not None and report.get("result"):
+        payload = json.loads(report["result"])
+        returned = payload.get("value")
+        if returned is not None and len(returned) > 2 * KEEP_CHARS:
+            returned = _keep_ends(returned)
+
     def verdict(passed, status, detail=""):
-        return TestResult(passed, status, _keep_ends(out), _keep_ends(err), report["time_s"], code, detail)
+        return TestResult(passed, status, _keep_ends(out), _keep_ends(err), report["time_s"], code, detail, returned)
 
     if report["output_limited"]:
         return verdict(False, "output_limit", "the program printed more than the output limit")
@@ -180,7 +188,7 @@ def judge(report: dict, expected, fn_name: str | None, float_tol=None, taco_wrap
         return verdict(False, "wrong_answer", "return value is not JSON-like: " + payload["unserializable"])
     got = json.loads(payload["value"])
     ok = value_matches(got, expected, float_tol, taco_wrapped)
-    return verdict(ok, "passed" if ok else "wrong_answer", "" if ok else f"returned {payload['value'][:200]}")
+    return verdict(ok, "passed" if ok else "wrong_answer")
 
 
 # ----------------------------------------------------------------------------- isolation modes
@@ -407,22 +415,21 @@ class Sandbox:
                 return None
             self._buf += chunk
 
-    def run(self, program: str, tests: dict, float_tol: float | None = None) -> list[TestResult]:
-        """Judge `program` on every test of `tests` (TACO input_output dict), in order."""
-        inputs, outputs = check_tests(tests)
-        fn_name = tests.get("fn_name") or None
-        taco_wrapped = bool(tests.get("taco_wrapped_outputs"))
+    def reports(self, program: str, inputs: list, fn_name: str | None = None):
+        """Run `program` on each input in order; yield (k, report) where report is the runner's raw
+        dict (stdout, stderr, exit, result, ...) or, for a test that cost the runner its life or hit the
+        program's total time limit, a TestResult that already says so."""
         lim = self.limits
         job = {"op": "run", "program": program, "inputs": inputs, "fn_name": fn_name,
                "limits": {"timeout_s": lim.timeout_s, "memory_mb": lim.memory_mb, "output_bytes": lim.output_bytes,
                           "file_mb": lim.file_mb, "max_files": lim.max_files,
                           "max_procs": lim.max_procs if self._lease else 0}}
-        results: list[TestResult] = []
+        k = 0
         program_deadline = time.monotonic() + lim.total_timeout_s
-        while len(results) < len(inputs):
-            k = len(results)
+        while k < len(inputs):
             if time.monotonic() >= program_deadline:
-                results.append(TestResult(False, "timeout", detail="the program's total time limit was reached"))
+                yield k, TestResult(False, "timeout", detail="the program's total time limit was reached")
+                k += 1
                 continue
             if self._proc is None or self._proc.poll() is not None:
                 if self._proc is not None:
@@ -434,8 +441,7 @@ class Sandbox:
             except OSError:
                 self._kill()
                 continue
-            while len(results) < len(inputs):
-                k = len(results)
+            while k < len(inputs):
                 # The runner enforces timeout_s itself; the margin covers forking and reporting.
                 msg = self._recv(min(time.monotonic() + lim.timeout_s + 2.0, program_deadline + 2.0))
                 if msg is None or msg.get("i") != k:
@@ -443,14 +449,23 @@ class Sandbox:
                     timed_out = msg is None and not self._eof
                     self._kill()
                     self.restarts += 1
-                    results.append(TestResult(False, "timeout" if timed_out else "runtime_error", detail=(
-                        "the sandbox stopped answering" if timed_out else "the program killed its sandbox")))
+                    yield k, TestResult(False, "timeout" if timed_out else "runtime_error", detail=(
+                        "the sandbox stopped answering" if timed_out else "the program killed its sandbox"))
+                    k += 1
                     break
-                results.append(judge(msg, outputs[k], fn_name, float_tol, taco_wrapped))
+                yield k, msg
+                k += 1
             else:
                 if self._recv(time.monotonic() + 5) != {"done": True}:
                     self._kill()
-        return results
+
+    def run(self, program: str, tests: dict, float_tol: float | None = None) -> list[TestResult]:
+        """Judge `program` on every test of `tests` (TACO input_output dict), in order."""
+        inputs, outputs = check_tests(tests)
+        fn_name = tests.get("fn_name") or None
+        taco_wrapped = bool(tests.get("taco_wrapped_outputs"))
+        return [report if isinstance(report, TestResult) else judge(report, outputs[k], fn_name, float_tol, taco_wrapped)
+                for k, report in self.reports(program, inputs, fn_name)]
 
 
 def check_tests(tests) -> tuple[list, list]:

@@ -1,0 +1,353 @@
+"""Builds cobalt_min/data/demo.jsonl, the bundled demo problem set (original problems written for
+cobalt-min). Each problem has a statement, a reference solution and test inputs; expected outputs
+are produced by running the reference solution in the sandbox. The first 4 tests are public (shown
+to the model as feedback), the rest hidden.
+
+    python -m cobalt_min.data.make_demo            # rewrite demo.jsonl
+
+About a third of the problems are very easy (a 135M-parameter model solves some of them); the rest
+are easy-to-medium with a trap in the hidden tests (edge cases, inputs too large for a quadratic
+first attempt), so that feedback over several turns matters. WRONG holds typical first attempts
+that pass the public tests and fail hidden ones; tests/test_problems.py checks that they do.
+"""
+
+import json
+import random
+from pathlib import Path
+
+OUT = Path(__file__).parent / "demo.jsonl"
+
+
+def _ints(rng, n, lo, hi):
+    return " ".join(str(rng.randint(lo, hi)) for _ in range(n))
+
+
+def _words(rng, n, alphabet="abcde", max_len=5):
+    return " ".join("".join(rng.choice(alphabet) for _ in range(rng.randint(1, max_len))) for _ in range(n))
+
+
+R = random.Random(2026)
+
+# (id, difficulty, statement, reference solution, test inputs [4 public first], fn_name, starter_code)
+PROBLEMS = [
+    # ----------------------------------------------------------------- very easy
+    ("echo-line", "very easy",
+     "Echo\n\nRead one line of text and print it unchanged.\n\nInput\nOne line of text (letters, digits and "
+     "spaces, at most 100 characters).\n\nOutput\nThe same line.",
+     "print(input())\n",
+     ["hello\n", "cobalt min\n", "42\n", "a b c\n", "x\n", "The quick brown fox\n", "123 456 789\n", "end\n"]),
+    ("sum-two", "very easy",
+     "Sum of Two\n\nGiven two integers a and b, print a + b.\n\nInput\nOne line with two integers a and b "
+     "(-10^9 <= a, b <= 10^9).\n\nOutput\nPrint a + b.",
+     "a, b = map(int, input().split())\nprint(a + b)\n",
+     ["1 2\n", "10 20\n", "0 0\n", "7 5\n", "-5 3\n", "1000000000 1000000000\n", "-7 -8\n", "123 -123\n"]),
+    ("reverse-string", "very easy",
+     "Reverse\n\nPrint the given word reversed.\n\nInput\nOne word s of lowercase letters (1 <= |s| <= 100)."
+     "\n\nOutput\nThe word read from right to left.",
+     "print(input().strip()[::-1])\n",
+     ["abc\n", "hello\n", "racecar\n", "ab\n", "a\n", "cobalt\n", "zyxwvutsrq\n", "level\n"]),
+    ("count-vowels", "very easy",
+     "Count Vowels\n\nCount the vowels (a, e, i, o, u, in upper or lower case) in a line of text.\n\nInput\nOne "
+     "line of text.\n\nOutput\nThe number of vowels.",
+     "print(sum(c in 'aeiouAEIOU' for c in input()))\n",
+     ["hello\n", "programming\n", "sky\n", "banana\n", "AEIOU aeiou\n", "rhythm\n", "Queueing Theory\n", "x\n"]),
+    ("max-of-list", "very easy",
+     "Largest Number\n\nPrint the largest of n integers.\n\nInput\nThe first line holds n (1 <= n <= 1000). The "
+     "second line holds n integers between -10^6 and 10^6.\n\nOutput\nThe largest of them.",
+     "input()\nprint(max(map(int, input().split())))\n",
+     ["3\n1 5 2\n", "4\n7 7 3 1\n", "1\n9\n", "5\n1 2 3 4 5\n", "3\n-5 -2 -9\n", "2\n0 -1\n",
+      "6\n1000000 -1000000 5 5 6 7\n", "1\n-3\n"]),
+    ("even-or-odd", "very easy",
+     "Even or Odd\n\nPrint \"even\" if the integer n is even and \"odd\" otherwise.\n\nInput\nOne integer n "
+     "(-10^9 <= n <= 10^9).\n\nOutput\neven or odd.",
+     "print('even' if int(input()) % 2 == 0 else 'odd')\n",
+     ["4\n", "7\n", "10\n", "13\n", "0\n", "-3\n", "-8\n", "999999999\n"]),
+    ("sum-of-list", "very easy",
+     "Total\n\nPrint the sum of n integers.\n\nInput\nThe first line holds n (1 <= n <= 1000), the second n "
+     "integers between -1000 and 1000.\n\nOutput\nTheir sum.",
+     "input()\nprint(sum(map(int, input().split())))\n",
+     ["3\n1 2 3\n", "2\n10 20\n", "4\n1 1 1 1\n", "1\n5\n", "3\n-1 -2 -3\n", "2\n1000 -1000\n",
+      "5\n0 0 0 0 0\n", "6\n-5 10 -15 20 -25 30\n"]),
+    ("to-upper", "very easy",
+     "Shout\n\nPrint the given line in upper case.\n\nInput\nOne line of lowercase letters and spaces.\n\n"
+     "Output\nThe same line in upper case.",
+     "print(input().upper())\n",
+     ["hello\n", "abc def\n", "python\n", "cobalt\n", "a\n", "make it loud\n", "xyz\n", "upper case\n"]),
+    ("repeat-word", "very easy",
+     "Repeat\n\nPrint the word w k times, separated by single spaces.\n\nInput\nOne line with a word w and an "
+     "integer k (1 <= k <= 20).\n\nOutput\nw repeated k times, separated by spaces.",
+     "w, k = input().split()\nprint(' '.join([w] * int(k)))\n",
+     ["ab 3\n", "hi 2\n", "x 5\n", "go 1\n", "na 8\n", "echo 4\n", "z 20\n", "word 2\n"]),
+    ("count-words", "very easy",
+     "Word Count\n\nCount the words in a line. Words are separated by one or more spaces.\n\nInput\nOne line of "
+     "text (it may start or end with spaces).\n\nOutput\nThe number of words.",
+     "print(len(input().split()))\n",
+     ["hello world\n", "one\n", "a b c d\n", "count these words\n", "  leading spaces\n", "many    spaces   here  \n",
+      "x y\n", "   \n"]),
+    ("min-and-max", "very easy",
+     "Extremes\n\nPrint the smallest and the largest of n integers.\n\nInput\nThe first line holds n (1 <= n <= "
+     "1000), the second n integers between -10^6 and 10^6.\n\nOutput\nThe smallest and the largest, separated by a "
+     "space.",
+     "input()\nxs = list(map(int, input().split()))\nprint(min(xs), max(xs))\n",
+     ["3\n3 1 2\n", "4\n5 9 2 7\n", "2\n1 2\n", "5\n10 20 30 40 50\n", "1\n4\n", "3\n-1 -1 -1\n", "4\n-5 0 5 -10\n",
+      "2\n1000000 -1000000\n"]),
+    ("abs-diff", "very easy",
+     "Distance\n\nPrint the distance |a - b| between two integers on the number line.\n\nInput\nTwo integers a "
+     "and b (-10^9 <= a, b <= 10^9).\n\nOutput\n|a - b|.",
+     "a, b = map(int, input().split())\nprint(abs(a - b))\n",
+     ["5 3\n", "10 4\n", "7 7\n", "9 1\n", "3 5\n", "-4 4\n", "-10 -20\n", "0 1000000000\n"]),
+    ("hello-name", "very easy",
+     "Greeting\n\nRead a name and greet it.\n\nInput\nOne line with a name (letters only).\n\nOutput\n"
+     "Hello, NAME! where NAME is the given name.",
+     "print(f'Hello, {input().strip()}!')\n",
+     ["Ada\n", "Alan\n", "Grace\n", "Bob\n", "X\n", "Margaret\n", "Linus\n", "Barbara\n"]),
+    ("times-table", "very easy",
+     "Times Table\n\nPrint the first ten multiples of n: n*1, n*2, ..., n*10, one per line.\n\nInput\nOne integer "
+     "n (-1000 <= n <= 1000).\n\nOutput\nTen lines.",
+     "n = int(input())\nfor i in range(1, 11):\n    print(n * i)\n",
+     ["2\n", "5\n", "1\n", "9\n", "0\n", "-3\n", "1000\n", "7\n"]),
+    # ----------------------------------------------------------------- easy-medium, with traps
+    ("second-largest", "easy",
+     "Runner-up\n\nPrint the second largest DISTINCT value among n integers, or -1 if all values are equal.\n\n"
+     "Input\nThe first line holds n (1 <= n <= 10^5), the second n integers between -10^9 and 10^9.\n\nOutput\n"
+     "The second largest distinct value, or -1.",
+     "input()\nxs = sorted(set(map(int, input().split())))\nprint(xs[-2] if len(xs) > 1 else -1)\n",
+     ["4\n1 3 2 4\n", "3\n10 20 30\n", "5\n5 1 4 2 3\n", "2\n7 9\n", "4\n5 5 4 4\n", "3\n8 8 8\n", "1\n5\n",
+      "5\n-1 -2 -3 -1 -2\n", "6\n9 9 9 9 9 1\n"]),
+    ("palindrome-sentence", "easy",
+     "Palindrome Sentence\n\nA sentence is a palindrome if, after removing everything but letters and digits "
+     "and ignoring case, it reads the same in both directions. Print YES or NO.\n\nInput\nOne line of text.\n\n"
+     "Output\nYES or NO.",
+     "s = [c.lower() for c in input() if c.isalnum()]\nprint('YES' if s == s[::-1] else 'NO')\n",
+     ["racecar\n", "hello\n", "abba\n", "abc\n", "A man, a plan, a canal: Panama\n", "No 'x' in Nixon\n",
+      "Was it a car or a cat I saw?\n", "ab, c!ba.\n", "Step on no pets!\n", "Cobalt, not a bloc\n"]),
+    ("fizzbuzz", "easy",
+     "FizzBuzz\n\nFor every integer i from 1 to n print Fizz if i is divisible by 3, Buzz if by 5, FizzBuzz if by "
+     "both, and i itself otherwise, one per line.\n\nInput\nOne integer n (0 <= n <= 1000).\n\nOutput\nn lines "
+     "(nothing when n = 0).",
+     "n = int(input())\nfor i in range(1, n + 1):\n    print('Fizz' * (i % 3 == 0) + 'Buzz' * (i % 5 == 0) or i)\n",
+     ["3\n", "5\n", "1\n", "6\n", "15\n", "0\n", "31\n", "100\n"]),
+    ("is-prime", "easy",
+     "Prime Test\n\nPrint YES if n is a prime number and NO otherwise.\n\nInput\nOne integer n (0 <= n <= 10^12)."
+     "\n\nOutput\nYES or NO.",
+     "n = int(input())\nok = n >= 2\nd = 2\nwhile d * d <= n and ok:\n    ok = n % d != 0\n    d += 1\n"
+     "print('YES' if ok else 'NO')\n",
+     ["7\n", "10\n", "13\n", "21\n", "1\n", "0\n", "2\n", "999999999989\n", "999999999988\n", "1000000007\n"]),
+    ("digit-sum", "easy",
+     "Digit Sum\n\nPrint the sum of the decimal digits of an integer n. The sign does not count.\n\nInput\nOne "
+     "integer n with at most 1000 digits; it may be negative.\n\nOutput\nThe sum of its digits.",
+     "print(sum(int(c) for c in input().strip() if c.isdigit()))\n",
+     ["123\n", "9\n", "4567\n", "100\n", "-123\n", "0\n", "9" * 1000 + "\n", "-5\n"]),
+    ("distinct-count", "easy",
+     "Distinct Values\n\nPrint how many different values appear among n integers.\n\nInput\nThe first line "
+     "holds n (1 <= n <= 2*10^5), the second n integers between -10^9 and 10^9.\n\nOutput\nThe number of distinct "
+     "values.",
+     "input()\nprint(len(set(input().split())))\n",
+     ["5\n1 2 2 3 3\n", "3\n4 4 4\n", "4\n1 2 3 4\n", "2\n5 6\n", "1\n0\n", "6\n-1 1 -1 1 0 0\n",
+      "20000\n" + _ints(R, 20000, -10 ** 6, 10 ** 6) + "\n", "5\n7 7 7 7 8\n"]),
+    ("longest-run", "easy",
+     "Longest Run\n\nPrint the length of the longest block of equal consecutive characters in a string.\n\n"
+     "Input\nOne string s of lowercase letters (1 <= |s| <= 10^5).\n\nOutput\nThe length of the longest block.",
+     "s = input().strip()\nbest = cur = 1\nfor a, b in zip(s, s[1:]):\n    cur = cur + 1 if a == b else 1\n"
+     "    best = max(best, cur)\nprint(best)\n",
+     ["aabbbc\n", "abc\n", "aaaa\n", "abbcccdd\n", "z\n", "abcccc\n", "ab" * 10000 + "\n", "aabbaaa\n"]),
+    ("gcd-of-list", "easy",
+     "Common Divisor\n\nPrint the greatest common divisor of n non-negative integers (gcd(0, x) = x; the gcd of "
+     "all zeros is 0).\n\nInput\nThe first line holds n (1 <= n <= 10^5), the second n integers between 0 and "
+     "10^12.\n\nOutput\nTheir greatest common divisor.",
+     "import math\ninput()\ng = 0\nfor x in map(int, input().split()):\n    g = math.gcd(g, x)\nprint(g)\n",
+     ["3\n12 18 24\n", "2\n7 13\n", "4\n10 20 30 40\n", "1\n9\n", "3\n0 0 5\n", "2\n0 0\n",
+      "3\n1000000000000 500000000000 250000000000\n", "3\n6 0 9\n"]),
+    ("range-sums", "medium",
+     "Range Sums\n\nGiven n integers a_1..a_n and q queries (l, r), print a_l + ... + a_r for each query.\n\n"
+     "Input\nThe first line holds n and q (1 <= n, q <= 5*10^4). The second holds a_1..a_n (|a_i| <= 10^9). Each "
+     "of the next q lines holds l and r (1 <= l <= r <= n).\n\nOutput\nq lines, the sums.",
+     "import sys\ndata = sys.stdin.buffer.read().split()\nn, q = int(data[0]), int(data[1])\npre = [0]\n"
+     "for x in data[2:2 + n]:\n    pre.append(pre[-1] + int(x))\nout = []\nidx = 2 + n\nfor _ in range(q):\n"
+     "    l, r = int(data[idx]), int(data[idx + 1])\n    idx += 2\n    out.append(pre[r] - pre[l - 1])\n"
+     "print('\\n'.join(map(str, out)))\n",
+     ["3 2\n1 2 3\n1 2\n2 3\n", "1 1\n5\n1 1\n", "4 3\n1 -1 1 -1\n1 4\n2 3\n1 1\n", "5 1\n1 2 3 4 5\n1 5\n",
+      "2 2\n-1000000000 -1000000000\n1 2\n2 2\n", "3 3\n5 -5 5\n1 3\n3 3\n2 2\n", "1 2\n0\n1 1\n1 1\n",
+      "20000 20000\n" + _ints(R, 20000, -1000, 1000) + "\n" + "".join(f"1 {20000 - i % 7}\n" for i in range(20000))]),
+    ("balanced-brackets", "easy",
+     "Brackets\n\nPrint YES if the string of brackets ()[]{} is balanced (every bracket is closed by the "
+     "matching bracket, in the right order) and NO otherwise. An empty line is balanced.\n\nInput\nOne line of "
+     "brackets (0 <= length <= 10^5).\n\nOutput\nYES or NO.",
+     "s = input().strip()\nst = []\npairs = {')': '(', ']': '[', '}': '{'}\nok = True\nfor c in s:\n"
+     "    if c in '([{':\n        st.append(c)\n    elif not st or st.pop() != pairs[c]:\n        ok = False\n"
+     "        break\nprint('YES' if ok and not st else 'NO')\n",
+     ["()\n", "(]\n", "([]{})\n", "((\n", "([)]\n", "\n", ")(\n", "{[()()]}\n", "(" * 10000 + ")" * 10000 + "\n"]),
+    ("anagrams", "easy",
+     "Anagrams\n\nTwo phrases are anagrams if they use the same letters the same number of times, ignoring case "
+     "and spaces. Print YES or NO.\n\nInput\nTwo lines, one phrase each (letters and spaces).\n\nOutput\nYES or NO.",
+     "a, b = input(), input()\nf = lambda s: sorted(s.replace(' ', '').lower())\nprint('YES' if f(a) == f(b) else 'NO')\n",
+     ["listen\nsilent\n", "abc\nabd\n", "evil\nvile\n", "aab\nabb\n", "Dormitory\ndirty room\n", "a\nA\n",
+      "abc\nab\n", "The eyes\nthey see\n"]),
+    ("kth-smallest", "easy",
+     "K-th Smallest\n\nPrint the k-th smallest of n integers (k = 1 is the minimum; equal values count "
+     "separately).\n\nInput\nThe first line holds n and k (1 <= k <= n <= 10^5), the second n integers.\n\nOutput\n"
+     "The k-th smallest value.",
+     "n, k = map(int, input().split())\nprint(sorted(map(int, input().split()))[k - 1])\n",
+     ["3 1\n3 1 2\n", "5 3\n5 4 3 2 1\n", "4 2\n10 20 30 40\n", "1 1\n7\n", "4 4\n1 2 3 4\n", "5 2\n1 1 1 2 2\n",
+      "3 3\n-1 -5 -3\n", "6 5\n9 8 7 7 8 9\n"]),
+    ("to-binary", "easy",
+     "Binary\n\nPrint the binary representation of a non-negative integer n, without leading zeros.\n\nInput\n"
+     "One integer n (0 <= n <= 10^18).\n\nOutput\nn in base 2.",
+     "print(bin(int(input()))[2:])\n",
+     ["5\n", "2\n", "10\n", "7\n", "0\n", "1\n", "1000000000000000000\n", "1024\n"]),
+    ("leap-year", "easy",
+     "Leap Year\n\nIn the Gregorian calendar a year is a leap year if it is divisible by 4, except years "
+     "divisible by 100, which are leap years only if they are also divisible by 400. Print YES or NO.\n\nInput\n"
+     "One year y (1 <= y <= 10^9).\n\nOutput\nYES or NO.",
+     "y = int(input())\nprint('YES' if y % 4 == 0 and (y % 100 != 0 or y % 400 == 0) else 'NO')\n",
+     ["2024\n", "2023\n", "2000\n", "2019\n", "1900\n", "2100\n", "2400\n", "4\n"]),
+    ("transpose", "easy",
+     "Transpose\n\nPrint the transpose of an r x c matrix.\n\nInput\nThe first line holds r and c (1 <= r, c <= "
+     "100). Then r lines with c integers each.\n\nOutput\nc lines with r integers each.",
+     "r, c = map(int, input().split())\nm = [input().split() for _ in range(r)]\nfor j in range(c):\n"
+     "    print(' '.join(m[i][j] for i in range(r)))\n",
+     ["2 2\n1 2\n3 4\n", "1 1\n5\n", "3 3\n1 2 3\n4 5 6\n7 8 9\n", "2 2\n0 1\n1 0\n", "2 3\n1 2 3\n4 5 6\n",
+      "3 1\n1\n2\n3\n", "1 4\n9 8 7 6\n"]),
+    ("word-frequency", "medium",
+     "Word Frequency\n\nCount how often each word occurs in the text and print \"word count\" lines, most frequent "
+     "first; words with the same count in alphabetical order.\n\nInput\nOne line of lowercase words separated by "
+     "spaces.\n\nOutput\nOne line per distinct word.",
+     "from collections import Counter\nc = Counter(input().split())\nfor w, k in sorted(c.items(), key=lambda t: (-t[1], t[0])):\n"
+     "    print(w, k)\n",
+     ["a b a\n", "x y z x\n", "one one one\n", "b a\n", "d c b a\n", "z y z y x\n", "apple bob apple cat bob\n",
+      _words(R, 300) + "\n"]),
+    ("pair-sums", "medium",
+     "Pair Count\n\nCount the pairs of positions i < j with a_i + a_j = k.\n\nInput\nThe first line holds n and k "
+     "(1 <= n <= 2*10^5, |k| <= 2*10^9), the second n integers (|a_i| <= 10^9).\n\nOutput\nThe number of pairs.",
+     "from collections import Counter\nn, k = map(int, input().split())\nseen = Counter()\ntotal = 0\n"
+     "for x in map(int, input().split()):\n    total += seen[k - x]\n    seen[x] += 1\nprint(total)\n",
+     ["4 5\n1 4 2 3\n", "3 10\n1 2 3\n", "2 4\n2 2\n", "5 6\n1 5 2 4 3\n", "4 4\n2 2 2 2\n", "1 2\n1\n",
+      "20000 0\n" + _ints(R, 20000, -50, 50) + "\n", "3 -2\n-1 -1 0\n"]),
+    ("max-subarray", "easy",
+     "Best Streak\n\nPrint the largest sum of a non-empty block of consecutive elements.\n\nInput\nThe first line "
+     "holds n (1 <= n <= 2*10^5), the second n integers (|a_i| <= 10^9).\n\nOutput\nThe largest block sum.",
+     "input()\nbest, cur = None, 0\nfor x in map(int, input().split()):\n    cur = max(x, cur + x)\n"
+     "    best = cur if best is None else max(best, cur)\nprint(best)\n",
+     ["5\n1 -2 3 4 -1\n", "3\n1 2 3\n", "4\n-1 5 -1 5\n", "2\n3 -1\n", "3\n-3 -1 -2\n", "1\n-7\n",
+      "20000\n" + _ints(R, 20000, -10 ** 6, 10 ** 6) + "\n", "5\n0 0 0 0 0\n"]),
+    ("rotate-right", "easy",
+     "Rotate\n\nRotate the array k steps to the right and print it.\n\nInput\nThe first line holds n and k (1 <= "
+     "n <= 10^5, 0 <= k <= 10^18), the second n integers.\n\nOutput\nThe rotated array on one line.",
+     "n, k = map(int, input().split())\na = input().split()\nk %= n\nprint(' '.join(a[n - k:] + a[:n - k]))\n",
+     ["5 2\n1 2 3 4 5\n", "3 1\n1 2 3\n", "4 3\n1 2 3 4\n", "2 1\n7 8\n", "3 0\n1 2 3\n", "3 7\n1 2 3\n",
+      "1 1000000000000000000\n42\n", "4 4\n1 2 3 4\n"]),
+    ("caesar", "easy",
+     "Caesar Cipher\n\nShift every letter k places forward in the alphabet, wrapping from z to a, keeping upper "
+     "and lower case; other characters stay as they are.\n\nInput\nThe first line holds k (0 <= k <= 1000), the "
+     "second the text.\n\nOutput\nThe shifted text.",
+     "k = int(input()) % 26\nout = []\nfor c in input():\n    if c.islower():\n        c = chr((ord(c) - 97 + k) % 26 + 97)\n"
+     "    elif c.isupper():\n        c = chr((ord(c) - 65 + k) % 26 + 65)\n    out.append(c)\nprint(''.join(out))\n",
+     ["1\nabc\n", "2\nhello\n", "3\nabc def\n", "1\nhal\n", "1\nxyz\n", "3\nHello, World!\n", "52\nsame\n",
+      "1000\nWrap Around Zz\n"]),
+    ("missing-number", "easy",
+     "Missing Number\n\nThe numbers 1..n were written down, one was lost and the rest shuffled. Print the lost "
+     "number.\n\nInput\nThe first line holds n (1 <= n <= 2*10^5), the second the n - 1 remaining numbers (empty "
+     "when n = 1).\n\nOutput\nThe missing number.",
+     "import sys\ndata = sys.stdin.read().split()\nn = int(data[0])\nprint(n * (n + 1) // 2 - sum(map(int, data[1:])))\n",
+     ["3\n1 3\n", "4\n4 2 1\n", "5\n5 4 3 2\n", "2\n1\n", "1\n\n", "2\n2\n",
+      "20000\n" + " ".join(str(x) for x in R.sample(range(1, 20001), 20000) if x != 12345) + "\n", "6\n6 5 4 2 1\n"]),
+    ("run-length", "easy",
+     "Run-Length Encoding\n\nReplace every block of equal consecutive letters by the letter followed by the "
+     "block's length.\n\nInput\nOne string of lowercase letters (1 <= length <= 10^5).\n\nOutput\nThe encoded "
+     "string.",
+     "s = input().strip()\nout = []\ni = 0\nwhile i < len(s):\n    j = i\n    while j < len(s) and s[j] == s[i]:\n"
+     "        j += 1\n    out.append(s[i] + str(j - i))\n    i = j\nprint(''.join(out))\n",
+     ["aaabcc\n", "abc\n", "aabb\n", "zzzz\n", "a\n", "abbbbbbbbbbbbc\n", "x" * 20000 + "\n", "aba\n"]),
+    # ----------------------------------------------------------------- call-based
+    ("two-sum-indices", "easy",
+     "Two Sum\n\nWrite a function two_sum(nums, target) that returns the indices [i, j] with i < j such that "
+     "nums[i] + nums[j] == target. Exactly one such pair exists. 2 <= len(nums) <= 10^5.",
+     "def two_sum(nums, target):\n    seen = {}\n    for j, x in enumerate(nums):\n        if target - x in seen:\n"
+     "            return [seen[target - x], j]\n        seen[x] = j\n",
+     [[[2, 7, 11, 15], 9], [[3, 2, 4], 6], [[1, 5], 6], [[0, 4, 3, 0], 0], [[-3, 4, 3, 90], 0], [[5, 5], 10],
+      [list(range(1, 20001)), 39999], [[1, 2, 3, 4, 5, 6], 11]],
+     "two_sum", "def two_sum(nums, target):\n"),
+    ("power-of-two", "easy",
+     "Power of Two\n\nWrite a function is_power_of_two(n) that returns True if the integer n is a power of two "
+     "(1, 2, 4, 8, ...) and False otherwise. -2^62 <= n <= 2^62.",
+     "def is_power_of_two(n):\n    return n > 0 and n & (n - 1) == 0\n",
+     [[1], [16], [6], [64], [0], [-8], [2 ** 62], [2 ** 62 - 1]],
+     "is_power_of_two", "def is_power_of_two(n):\n"),
+    ("merge-intervals", "medium",
+     "Merge Intervals\n\nWrite a function merge(intervals) that merges every overlapping or touching interval "
+     "[a, b] (a <= b) and returns the merged intervals sorted by start. [1, 2] and [2, 3] touch and merge into "
+     "[1, 3]. The input may be unsorted.",
+     "def merge(intervals):\n    out = []\n    for a, b in sorted(intervals):\n        if out and a <= out[-1][1]:\n"
+     "            out[-1][1] = max(out[-1][1], b)\n        else:\n            out.append([a, b])\n    return out\n",
+     [[[[1, 3], [2, 6], [8, 10]]], [[[1, 4], [5, 6]]], [[[1, 5]]], [[[1, 10], [2, 3], [4, 5]]], [[[1, 2], [2, 3]]],
+      [[[5, 6], [1, 2]]], [[[1, 4], [0, 2], [3, 5]]], [[]]],
+     "merge", "def merge(intervals):\n"),
+    ("common-prefix", "easy",
+     "Longest Common Prefix\n\nImplement class Solution with a method longest_common_prefix(self, words) that "
+     "returns the longest string that is a prefix of every word in the list (\"\" if there is none or the list "
+     "is empty).",
+     "class Solution:\n    def longest_common_prefix(self, words):\n        if not words:\n            return ''\n"
+     "        p = words[0]\n        for w in words[1:]:\n            while not w.startswith(p):\n                p = p[:-1]\n"
+     "        return p\n",
+     [[["flower", "flow", "flight"]], [["dog", "racecar", "car"]], [["ab", "abc"]], [["same", "same"]], [[]],
+      [["alone"]], [["", "abc"]], [["prefix", "pre", "prefixes", "pr"]]],
+     "longest_common_prefix", "class Solution:\n    def longest_common_prefix(self, words):\n"),
+    ("roman-to-int", "easy",
+     "Roman Numerals\n\nWrite a function roman_to_int(s) that converts a Roman numeral (I=1, V=5, X=10, L=50, "
+     "C=100, D=500, M=1000; a smaller value before a larger one is subtracted, as in IV = 4) between 1 and 3999 "
+     "to an integer.",
+     "def roman_to_int(s):\n    v = {'I': 1, 'V': 5, 'X': 10, 'L': 50, 'C': 100, 'D': 500, 'M': 1000}\n    total = 0\n"
+     "    for a, b in zip(s, s[1:] + ' '):\n        total += -v[a] if b != ' ' and v[a] < v[b] else v[a]\n    return total\n",
+     [["III"], ["VI"], ["XII"], ["LX"], ["IV"], ["MCMXCIV"], ["XLIX"], ["MMMCMXCIX"]],
+     "roman_to_int", "def roman_to_int(s):\n"),
+]
+
+# Typical first attempts: pass the public tests, fail a hidden one.
+WRONG = {
+    "second-largest": "input()\nxs = sorted(map(int, input().split()))\nprint(xs[-2])\n",
+    "palindrome-sentence": "s = input()\nprint('YES' if s == s[::-1] else 'NO')\n",
+    "is-prime": "n = int(input())\nprint('YES' if all(n % d for d in range(2, n)) else 'NO')\n",
+    "range-sums": "n, q = map(int, input().split())\na = list(map(int, input().split()))\nfor _ in range(q):\n"
+                  "    l, r = map(int, input().split())\n    s = 0\n    for i in range(l - 1, r):\n        s += a[i]\n"
+                  "    print(s)\n",
+    "leap-year": "print('YES' if int(input()) % 4 == 0 else 'NO')\n",
+    "max-subarray": "input()\nbest = cur = 0\nfor x in map(int, input().split()):\n    cur = max(0, cur + x)\n"
+                    "    best = max(best, cur)\nprint(best)\n",
+    "merge-intervals": "def merge(intervals):\n    out = []\n    for a, b in intervals:\n        if out and a < out[-1][1]:\n"
+                       "            out[-1][1] = max(out[-1][1], b)\n        else:\n            out.append([a, b])\n    return out\n",
+    "power-of-two": "def is_power_of_two(n):\n    return n & (n - 1) == 0\n",
+}
+
+
+def build(path: Path = OUT) -> list:
+    """Run every reference solution on its inputs (in the sandbox) and write the problem set."""
+    from cobalt_min.problems import Problem, save_problems, split_tests
+    out = []
+    for pid, difficulty, statement, solution, inputs, *call in PROBLEMS:
+        fn_name, starter = call if call else (None, "")
+        tests = {"inputs": inputs, "outputs": reference_outputs(solution, inputs, fn_name)}
+        if fn_name:
+            tests["fn_name"] = fn_name
+        public, hidden = split_tests(tests, 4)
+        out.append(Problem(id=f"demo/{pid}", question=statement, starter_code=starter, fn_name=fn_name,
+                           public_tests=public, hidden_tests=hidden, difficulty=difficulty,
+                           source="cobalt-min demo", solutions=[solution]))
+    save_problems(out, path)
+    return out
+
+
+def reference_outputs(solution: str, inputs: list, fn_name: str | None) -> list:
+    """Expected outputs = what the reference solution prints (stdin) or returns (call-based)."""
+    from cobalt_min.sandbox import Limits, Sandbox
+    outs = []
+    with Sandbox(Limits(timeout_s=10, total_timeout_s=300)) as sb:
+        for k, report in sb.reports(solution, inputs, fn_name):
+            if not isinstance(report, dict) or report["exit"] != 0 or report["timed_out"]:
+                raise RuntimeError(f"reference solution failed on input {k}: {report}")
+            outs.append(json.loads(json.loads(report["result"])["value"]) if fn_name else report["stdout"])
+    return outs
+
+
+if __name__ == "__main__":
+    probs = build()
+    print(f"wrote {len(probs)} problems to {OUT}")

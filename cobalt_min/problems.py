@@ -1,0 +1,574 @@
+"""Problem sets: the Problem record, loaders for TACO / TACO-Cobalt / LiveCodeBench / our JSONL, the
+paper's TACO cleaning, and the bundled demo set.
+
+    problems = load_problems("demo")                                   # bundled, offline
+    problems = load_problems("data/taco_clean.jsonl")                  # our JSONL (or any supported file)
+    problems = load_problems("BAAI/TACO", split="test")                # hub: downloads the data files
+    problems = load_problems("livecodebench/code_generation_lite", version="v6")
+    python -m cobalt_min.problems clean --input BAAI/TACO --split train --out data/taco_clean.jsonl --dev-out data/taco_dev.jsonl
+
+Every test set is a TACO `input_output` dict ({"inputs", "outputs", "fn_name"?}) that the sandbox runs
+as is. Bad records are skipped and counted by reason; a report is printed (paper §8).
+"""
+
+import argparse
+import base64
+import collections
+import dataclasses
+import io
+import json
+import pickle
+import random
+import re
+import sys
+import zlib
+from pathlib import Path
+
+DATA_DIR = Path(__file__).parent / "data"
+PUBLIC_TESTS = 4  # the paper: 4 public tests (feedback), the rest hidden
+
+
+@dataclasses.dataclass
+class Problem:
+    """One programming problem. Tests are TACO input_output dicts (fn_name inside for call-based)."""
+    id: str
+    question: str
+    public_tests: dict
+    hidden_tests: dict
+    starter_code: str = ""
+    fn_name: str | None = None
+    difficulty: str = ""
+    source: str = ""
+    solutions: list = dataclasses.field(default_factory=list)
+
+    def all_tests(self) -> dict:
+        """Public and hidden tests together (the reward's pass rate is over these, paper §3)."""
+        return join_tests(self.public_tests, self.hidden_tests)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def join_tests(a: dict, b: dict) -> dict:
+    """Concatenate two input_output dicts of the same kind."""
+    out = {"inputs": list(a["inputs"]) + list(b["inputs"]), "outputs": list(a["outputs"]) + list(b["outputs"])}
+    for key in ("fn_name", "taco_wrapped_outputs"):
+        if a.get(key) or b.get(key):
+            out[key] = a.get(key) or b.get(key)
+    return out
+
+
+def split_tests(tests: dict, n_public: int) -> tuple[dict, dict]:
+    """First n_public tests public, the rest hidden."""
+    extra = {k: v for k, v in tests.items() if k not in ("inputs", "outputs")}
+    public = dict(extra, inputs=tests["inputs"][:n_public], outputs=tests["outputs"][:n_public])
+    hidden = dict(extra, inputs=tests["inputs"][n_public:], outputs=tests["outputs"][n_public:])
+    return public, hidden
+
+
+class BadRecord(ValueError):
+    """A record that cannot become a Problem; the message is the skip reason (counted in the report)."""
+
+
+# ----------------------------------------------------------------------------- our JSONL
+
+
+def save_problems(problems: list, path) -> None:
+    """Write problems as JSONL (one Problem per line)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        for p in problems:
+            f.write(json.dumps(p.to_dict()) + "\n")
+
+
+def _check_tests(tests, what) -> dict:
+    if isinstance(tests, str):
+        try:
+            tests = json.loads(tests)
+        except ValueError:
+            raise BadRecord(f"{what} are not valid JSON") from None
+    if not isinstance(tests, dict) or not isinstance(tests.get("inputs"), list) \
+            or not isinstance(tests.get("outputs"), list):
+        raise BadRecord(f"{what} lack inputs/outputs lists")
+    if len(tests["inputs"]) != len(tests["outputs"]):
+        raise BadRecord("inputs and outputs of different lengths")
+    fn_name = tests.get("fn_name")
+    if fn_name:
+        if not all(isinstance(x, list) for x in tests["inputs"]):
+            raise BadRecord("call-based inputs are not argument lists (GeeksforGeeks style)")
+    elif not all(isinstance(x, str) for x in tests["inputs"]) or not all(isinstance(y, str) for y in tests["outputs"]):
+        raise BadRecord("stdin/stdout tests that are not strings")
+    return tests
+
+
+def _from_ours(row: dict, where: str) -> Problem:
+    fields = {f.name for f in dataclasses.fields(Problem)}
+    missing = {"id", "question", "public_tests", "hidden_tests"} - row.keys()
+    if missing:
+        raise BadRecord(f"missing fields {sorted(missing)}")
+    p = Problem(**{k: v for k, v in row.items() if k in fields})
+    p.public_tests = _check_tests(p.public_tests, "public tests")
+    p.hidden_tests = _check_tests(p.hidden_tests, "hidden tests")
+    if not p.hidden_tests["inputs"]:
+        raise BadRecord("no hidden tests")
+    return p
+
+
+# ----------------------------------------------------------------------------- TACO
+
+
+def _from_taco(row: dict, where: str, public_count: int = PUBLIC_TESTS) -> Problem:
+    """A BAAI/TACO row: string columns question, solutions (JSON list), starter_code, input_output
+    (JSON), difficulty, source, ... Call-based outputs are TACO-wrapped (see sandbox.value_matches)."""
+    if not row.get("question"):
+        raise BadRecord("no question")
+    if not row.get("input_output"):
+        raise BadRecord("missing tests")
+    tests = _check_tests(row["input_output"], "tests")
+    source = row.get("source") or ""
+    fn_name = tests.get("fn_name") or None
+    if source == "geeksforgeeks" and not fn_name:
+        raise BadRecord("GeeksforGeeks problem that needs the site's driver code")
+    if len(tests["inputs"]) < 2:
+        raise BadRecord("fewer than 2 tests")
+    tests = {"inputs": tests["inputs"], "outputs": tests["outputs"]}
+    if fn_name:
+        tests.update(fn_name=fn_name, taco_wrapped_outputs=True)
+    solutions = row.get("solutions") or []
+    if isinstance(solutions, str):
+        try:
+            solutions = json.loads(solutions)
+        except ValueError:
+            solutions = []
+    public, hidden = split_tests(tests, min(public_count, len(tests["inputs"]) - 1))
+    return Problem(id=str(row.get("id") or where), question=row["question"], public_tests=public, hidden_tests=hidden,
+                   starter_code=row.get("starter_code") or "", fn_name=fn_name,
+                   difficulty=str(row.get("difficulty") or ""), source=f"taco/{source}" if source else "taco",
+                   solutions=[s for s in solutions if isinstance(s, str)])
+
+
+def _from_taco_cobalt(row: dict, where: str, public_count: int = PUBLIC_TESTS) -> Problem:
+    """The authors' processed rows (osunlp/TACO-Cobalt, -PTB): id, difficulty, question or instruction,
+    and test_cases, or public_test_cases + hidden_test_cases, each a JSON {"inputs", "outputs"}. The
+    authors turned call-based tests into stdin/stdout text, so these are all stdin/stdout."""
+    question = row.get("question") or row.get("instruction")
+    if not question:
+        raise BadRecord("no question")
+    if row.get("public_test_cases") and row.get("hidden_test_cases"):
+        public = _check_tests(row["public_test_cases"], "public tests")
+        hidden = _check_tests(row["hidden_test_cases"], "hidden tests")
+    elif row.get("test_cases"):
+        tests = _check_tests(row["test_cases"], "tests")
+        if len(tests["inputs"]) < 2:
+            raise BadRecord("fewer than 2 tests")
+        public, hidden = split_tests(tests, min(public_count, len(tests["inputs"]) - 1))
+    else:
+        raise BadRecord("missing tests")
+    if not hidden["inputs"]:
+        raise BadRecord("no hidden tests")
+    return Problem(id=str(row.get("id", where)), question=question, public_tests=public, hidden_tests=hidden,
+                   difficulty=str(row.get("difficulty") or ""), source="taco-cobalt")
+
+
+# ----------------------------------------------------------------------------- LiveCodeBench
+
+
+class _NoGlobalsUnpickler(pickle.Unpickler):
+    """Unpickles plain data only: any global (a class, a function such as os.system) is refused,
+    so a poisoned file cannot run code."""
+
+    def find_class(self, module, name):
+        raise pickle.UnpicklingError(f"refusing to load global {module}.{name}")
+
+
+def decode_lcb_tests(blob: str) -> list:
+    """LiveCodeBench private tests: JSON, or base64 -> zlib -> pickle (a str) -> JSON."""
+    try:
+        return json.loads(blob)
+    except ValueError:
+        pass
+    try:
+        raw = _NoGlobalsUnpickler(io.BytesIO(zlib.decompress(base64.b64decode(blob)))).load()
+        return json.loads(raw)
+    except Exception as e:  # noqa: BLE001 - any failure means: not decodable
+        raise BadRecord(f"undecodable private tests ({type(e).__name__})") from None
+
+
+_EXAMPLES = re.compile(r"^\s*(Example\s*1|Sample Input\s*1)", re.MULTILINE)
+
+
+def cut_examples(text: str) -> str:
+    """LiveCodeBench question text up to its worked examples (paper §2: the prompt omits them)."""
+    m = _EXAMPLES.search(text)
+    return text[:m.start()].rstrip() if m else text
+
+
+def _lcb_tests(cases: list, fn_name: str | None) -> dict:
+    inputs, outputs = [], []
+    for case in cases:
+        if not isinstance(case, dict) or "input" not in case or "output" not in case:
+            raise BadRecord("test case without input/output")
+        if case.get("testtype") == "functional":
+            if not fn_name:
+                raise BadRecord("functional test without func_name in metadata")
+            try:
+                inputs.append([json.loads(line) for line in case["input"].split("\n") if line.strip()])
+                outputs.append(json.loads(case["output"]))
+            except ValueError:
+                raise BadRecord("functional test that is not JSON") from None
+        else:
+            inputs.append(case["input"])
+            outputs.append(case["output"])
+    tests = {"inputs": inputs, "outputs": outputs}
+    if fn_name:
+        tests["fn_name"] = fn_name
+    return tests
+
+
+def _from_lcb(row: dict, where: str) -> Problem:
+    """A livecodebench/code_generation_lite row (testN.jsonl). Hidden tests = the private tests."""
+    metadata = row.get("metadata") or {}
+    if isinstance(metadata, str):
+        try:
+            metadata = json.loads(metadata) if metadata.strip() else {}
+        except ValueError:
+            raise BadRecord("metadata is not JSON") from None
+    public_cases = row.get("public_test_cases") or "[]"
+    public_cases = json.loads(public_cases) if isinstance(public_cases, str) else public_cases
+    private = row.get("private_test_cases")
+    if not private:
+        raise BadRecord("missing tests")
+    private_cases = decode_lcb_tests(private) if isinstance(private, str) else private
+    functional = any(c.get("testtype") == "functional" for c in list(public_cases) + list(private_cases)
+                     if isinstance(c, dict))
+    fn_name = metadata.get("func_name") if functional else None
+    public = _lcb_tests(public_cases, fn_name)
+    hidden = _lcb_tests(private_cases, fn_name)
+    if not hidden["inputs"]:
+        raise BadRecord("no hidden tests")
+    return Problem(id=str(row.get("question_id") or where), question=cut_examples(row.get("question_content", "")),
+                   public_tests=public, hidden_tests=hidden, starter_code=row.get("starter_code") or "",
+                   fn_name=fn_name, difficulty=str(row.get("difficulty") or ""),
+                   source=f"livecodebench/{row.get('platform', '')}".rstrip("/"))
+
+
+# ----------------------------------------------------------------------------- files and detection
+
+
+PARSERS = {"cobalt": _from_ours, "taco": _from_taco, "taco-cobalt": _from_taco_cobalt, "lcb": _from_lcb}
+
+
+def detect_format(row: dict) -> str:
+    """Which parser a record needs, from its fields."""
+    if "public_tests" in row and "hidden_tests" in row:
+        return "cobalt"
+    if "question_content" in row and ("private_test_cases" in row or "public_test_cases" in row):
+        return "lcb"
+    if "input_output" in row:
+        return "taco"
+    if "test_cases" in row or "hidden_test_cases" in row:
+        return "taco-cobalt"
+    raise BadRecord(f"unknown record format (fields: {sorted(row)[:8]})")
+
+
+def _read_arrow(path: Path):
+    try:
+        import pyarrow as pa
+        import pyarrow.ipc
+    except ImportError:
+        raise SystemExit(f"error: reading {path} needs pyarrow: pip install pyarrow") from None
+    try:
+        with pa.memory_map(str(path)) as source:
+            try:
+                reader = pa.ipc.open_stream(source)
+            except pa.ArrowInvalid:
+                reader = pa.ipc.open_file(source)
+            table = reader.read_all()
+    except (pa.ArrowInvalid, OSError) as e:
+        raise SystemExit(f"error: {path} is not a readable Arrow file: {e}") from None
+    for i, row in enumerate(table.to_pylist()):
+        yield f"{path}#{i}", row
+
+
+def _read_parquet(path: Path):
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise SystemExit(f"error: reading {path} needs pyarrow: pip install pyarrow") from None
+    for i, row in enumerate(pq.read_table(str(path)).to_pylist()):
+        yield f"{path}#{i}", row
+
+
+def _read_json(path: Path):
+    """(where, row) for each record of a .json / .jsonl file; a broken line is a clear error."""
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise SystemExit(f"error: cannot read {path}: {e}") from None
+    stripped = text.lstrip()
+    if path.suffix == ".json" and stripped.startswith(("[", "{")):
+        try:
+            data = json.loads(text)
+        except ValueError as e:
+            raise SystemExit(f"error: {path} is not valid JSON: {e}") from None
+        for i, row in enumerate(data if isinstance(data, list) else [data]):
+            yield f"{path}#{i}", row
+        return
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            yield f"{path}:{n}", json.loads(line)
+        except ValueError as e:
+            raise SystemExit(f"error: {path} line {n} is not valid JSON: {e}") from None
+
+
+def _read_file(path: Path):
+    if path.suffix == ".arrow":
+        return _read_arrow(path)
+    if path.suffix == ".parquet":
+        return _read_parquet(path)
+    return _read_json(path)
+
+
+SUFFIXES = (".jsonl", ".json", ".arrow", ".parquet")
+
+
+def _files(path: Path, split: str | None) -> list[Path]:
+    if path.is_file():
+        return [path]
+    files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in SUFFIXES)
+    if split:
+        files = [p for p in files if split in p.relative_to(path).parts or p.name.startswith(split)]
+    return files
+
+
+def parse_rows(rows, format: str | None = None, *, public_count: int = PUBLIC_TESTS, skipped=None) -> list[Problem]:
+    """Rows (where, dict) -> Problems, counting skipped records by reason in `skipped`."""
+    skipped = collections.Counter() if skipped is None else skipped
+    out = []
+    for where, row in rows:
+        try:
+            if not isinstance(row, dict):
+                raise BadRecord("record is not a JSON object")
+            fmt = format or detect_format(row)
+            parser = PARSERS[fmt]
+            p = parser(row, where, public_count) if fmt in ("taco", "taco-cobalt") else parser(row, where)
+        except BadRecord as e:
+            skipped[str(e)] += 1
+            continue
+        out.append(p)
+    return out
+
+
+def report(source, problems, skipped) -> None:
+    """Print (to stderr) what was loaded and what was skipped, by reason."""
+    print(f"loaded {len(problems)} problems from {source}", file=sys.stderr)
+    for reason, n in skipped.most_common():
+        print(f"  skipped {n}: {reason}", file=sys.stderr)
+
+
+# ----------------------------------------------------------------------------- hub
+
+
+HUB_SETS = {"BAAI/TACO": "taco", "osunlp/TACO-Cobalt": "taco-cobalt", "osunlp/TACO-Cobalt-PTB": "taco-cobalt",
+            "livecodebench/code_generation_lite": "lcb"}
+LCB_FILES = ["test.jsonl"] + [f"test{i}.jsonl" for i in range(2, 7)]
+
+
+def _lcb_files(version: str) -> list[str]:
+    """'v6' -> the problems added in release 6 only (test6.jsonl; the paper's 175); 'release_v6' -> all
+    releases up to 6."""
+    m = re.fullmatch(r"(release_)?v(\d+)", version or "")
+    if not m:
+        raise SystemExit(f"error: LiveCodeBench version must look like v6 or release_v6, not {version!r}")
+    n = int(m.group(2))
+    if not 1 <= n <= len(LCB_FILES):
+        raise SystemExit(f"error: LiveCodeBench versions go from v1 to v{len(LCB_FILES)}")
+    return LCB_FILES[:n] if m.group(1) else [LCB_FILES[n - 1]]
+
+
+def _hub_files(repo: str, split: str | None, version: str | None) -> list[Path]:
+    """Download the data files of a hub dataset (never its loading script)."""
+    try:
+        from huggingface_hub import hf_hub_download, list_repo_files
+    except ImportError:
+        raise SystemExit("error: loading from the hub needs huggingface_hub (installed with transformers)") from None
+    try:
+        if repo == "livecodebench/code_generation_lite":
+            names = _lcb_files(version or "v6")
+        else:
+            names = [f for f in list_repo_files(repo, repo_type="dataset") if f.endswith(SUFFIXES)
+                     and (split is None or split in f.split("/") or Path(f).name.startswith(split))]
+        return [Path(hf_hub_download(repo, name, repo_type="dataset")) for name in names]
+    except Exception as e:  # noqa: BLE001 - network/auth errors: one clear sentence
+        raise SystemExit(f"error: could not download {repo} from the Hugging Face hub ({type(e).__name__}: {e}); "
+                         "download the data files yourself and pass their folder.") from None
+
+
+# ----------------------------------------------------------------------------- the entry point
+
+
+def load_problems(source, *, format: str | None = None, split: str | None = None, limit: int | None = None,
+                  version: str | None = None, start_date: str | None = None, end_date: str | None = None,
+                  public_count: int = PUBLIC_TESTS, verbose: bool = True) -> list[Problem]:
+    """Load a problem set.
+
+    source: "demo" (bundled), a file or folder (our JSONL, TACO .arrow/.json/.jsonl rows, TACO-Cobalt
+    rows, LiveCodeBench testN.jsonl; detected from the fields unless `format` is one of cobalt, taco,
+    taco-cobalt, lcb), or a hub dataset id (BAAI/TACO, osunlp/TACO-Cobalt, livecodebench/code_generation_lite
+    with `version` like v6). start_date / end_date (YYYY-MM-DD) filter LiveCodeBench by contest date.
+    Exits with one clear sentence when nothing usable is found."""
+    if format is not None and format not in PARSERS:
+        raise SystemExit(f"error: format must be one of {', '.join(PARSERS)}, not {format!r}")
+    path = DATA_DIR / "demo.jsonl" if source == "demo" else Path(source)
+    if path.exists():
+        files = _files(path, split)
+    elif isinstance(source, str) and re.fullmatch(r"[\w.-]+/[\w.-]+", source) and not source.startswith("."):
+        files = _hub_files(source, split, version)
+        format = format or HUB_SETS.get(source)
+    else:
+        raise SystemExit(f"error: problem source {source} is neither an existing file/folder nor a hub dataset id")
+    if not files:
+        raise SystemExit(f"error: no {'/'.join(SUFFIXES)} files in {path}" + (f" for split {split}" if split else ""))
+    skipped: collections.Counter = collections.Counter()
+    problems: list[Problem] = []
+    for f in files:
+        rows = _read_file(f)
+        if start_date or end_date:
+            rows = ((w, r) for w, r in rows if _in_dates(r, start_date, end_date))
+        problems += parse_rows(rows, format, public_count=public_count, skipped=skipped)
+        if limit is not None and len(problems) >= limit:
+            problems = problems[:limit]
+            break
+    if verbose:
+        report(source, problems, skipped)
+    if not problems:
+        reasons = "; ".join(f"{n} {r}" for r, n in skipped.most_common(3)) or "no records"
+        raise SystemExit(f"error: no usable problem in {source} ({reasons})")
+    return problems
+
+
+def _in_dates(row, start, end) -> bool:
+    date = str(row.get("contest_date", ""))[:10]
+    return (not start or date >= start) and (not end or date <= end)
+
+
+# ----------------------------------------------------------------------------- TACO cleaning
+
+
+def _alnum_count(text: str) -> int:
+    return sum(c.isalnum() for c in text)
+
+
+def _input_size(x) -> int:
+    return len(x) if isinstance(x, str) else len(json.dumps(x))
+
+
+def clean_taco(problems: list[Problem], *, min_tests: int = 8, max_tests: int = 20, n_short: int = 5,
+               public_count: int = PUBLIC_TESTS, max_solutions: int = 16, seed: int = 0, workers=None,
+               progress: bool = True) -> tuple[list[Problem], collections.Counter]:
+    """The authors' TACO cleaning (paper §8), each rule counted in the returned Counter:
+    drop questions with < 100 alphanumeric characters or with images; keep >= min_tests tests; above
+    max_tests keep the n_short shortest and (max_tests - n_short) longest inputs; shuffle (seeded) into
+    public_count public tests and the rest hidden; keep a problem only if one of up to max_solutions
+    reference solutions (shuffled, seeded) passes all of its tests in the sandbox."""
+    from cobalt_min.sandbox import run_batch
+    dropped: collections.Counter = collections.Counter()
+    rng = random.Random(seed)
+    kept: list[Problem] = []
+    for p in problems:
+        if _alnum_count(p.question) < 100:
+            dropped["question under 100 alphanumeric characters"] += 1
+            continue
+        if "image" in p.question.lower() or "\n![" in p.question:
+            dropped["question with an image"] += 1
+            continue
+        tests = p.all_tests()
+        n = len(tests["inputs"])
+        if n < min_tests:
+            dropped[f"fewer than {min_tests} tests"] += 1
+            continue
+        order = list(range(n))
+        if n > max_tests:
+            by_size = sorted(order, key=lambda i: _input_size(tests["inputs"][i]))
+            order = by_size[:n_short] + by_size[n - (max_tests - n_short):]
+        rng.shuffle(order)
+        chosen = dict(tests, inputs=[tests["inputs"][i] for i in order], outputs=[tests["outputs"][i] for i in order])
+        public, hidden = split_tests(chosen, public_count)
+        solutions = list(p.solutions)
+        rng.shuffle(solutions)
+        if not solutions:
+            dropped["no reference solution"] += 1
+            continue
+        kept.append(dataclasses.replace(p, public_tests=public, hidden_tests=hidden, solutions=solutions[:max_solutions]))
+    # Verify by execution: round r tries the r-th solution of every problem not verified yet.
+    verified: dict[int, str] = {}
+    for r in range(max_solutions):
+        todo = [i for i, p in enumerate(kept) if i not in verified and r < len(p.solutions)]
+        if not todo:
+            break
+        results = run_batch([(kept[i].solutions[r], kept[i].all_tests()) for i in todo], workers=workers,
+                            progress=f"checking solutions (round {r + 1})" if progress else False)
+        for i, res in zip(todo, results):
+            if all(t.passed for t in res):
+                verified[i] = kept[i].solutions[r]
+    out = []
+    for i, p in enumerate(kept):
+        if i in verified:
+            out.append(dataclasses.replace(p, solutions=[verified[i]] + [s for s in p.solutions if s != verified[i]]))
+        else:
+            dropped["no reference solution passes all tests"] += 1
+    return out, dropped
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m cobalt_min.problems",
+                                 description="Problem-set tools. `clean`: the paper's TACO cleaning; "
+                                             "`show`: load any source and print a summary.")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("clean", help="clean TACO as the paper does and write our JSONL")
+    c.add_argument("--input", required=True, help="TACO source: BAAI/TACO, a folder of .arrow shards, or rows")
+    c.add_argument("--split", default=None, help="split to read (train or test)")
+    c.add_argument("--out", required=True, help="output JSONL (the training set)")
+    c.add_argument("--dev-out", default=None, help="also write a dev split here (as TACO-Dev)")
+    c.add_argument("--dev-size", type=int, default=250, help="problems in the dev split (default 250)")
+    c.add_argument("--min-tests", type=int, default=8, help="drop problems with fewer tests (default 8)")
+    c.add_argument("--max-tests", type=int, default=20, help="keep at most this many tests (default 20)")
+    c.add_argument("--public", type=int, default=PUBLIC_TESTS, help="public tests per problem (default 4)")
+    c.add_argument("--max-solutions", type=int, default=16, help="reference solutions tried (default 16)")
+    c.add_argument("--limit", type=int, default=None, help="read at most this many problems")
+    c.add_argument("--workers", type=int, default=None, help="sandbox workers (default: one per CPU)")
+    c.add_argument("--seed", type=int, default=0)
+    s = sub.add_parser("show", help="load a source and print counts")
+    s.add_argument("source")
+    s.add_argument("--format", default=None, choices=sorted(PARSERS))
+    s.add_argument("--split", default=None)
+    s.add_argument("--version", default=None, help="LiveCodeBench version, e.g. v6")
+    args = ap.parse_args(argv)
+    if args.cmd == "show":
+        probs = load_problems(args.source, format=args.format, split=args.split, version=args.version)
+        kinds = collections.Counter("call-based" if p.fn_name else "stdin/stdout" for p in probs)
+        print(json.dumps({"problems": len(probs), **kinds}))
+        return
+    problems = load_problems(args.input, split=args.split, limit=args.limit, format="taco"
+                             if args.input == "BAAI/TACO" else None)
+    cleaned, dropped = clean_taco(problems, min_tests=args.min_tests, max_tests=args.max_tests,
+                                  public_count=args.public, max_solutions=args.max_solutions, seed=args.seed,
+                                  workers=args.workers)
+    print(f"{len(problems)} problems in, {len(cleaned)} kept", file=sys.stderr)
+    for reason, n in dropped.most_common():
+        print(f"  dropped {n}: {reason}", file=sys.stderr)
+    if args.dev_out:
+        rng = random.Random(args.seed)
+        idx = set(rng.sample(range(len(cleaned)), min(args.dev_size, len(cleaned))))
+        save_problems([p for i, p in enumerate(cleaned) if i in idx], args.dev_out)
+        cleaned = [p for i, p in enumerate(cleaned) if i not in idx]
+        print(f"wrote {len(idx)} dev problems to {args.dev_out}", file=sys.stderr)
+    save_problems(cleaned, args.out)
+    print(f"wrote {len(cleaned)} problems to {args.out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

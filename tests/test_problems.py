@@ -1,0 +1,269 @@
+"""Problem sets: the bundled demo set (executed), each loader on fixtures written in the exact real
+formats, skip reasons, clear errors, the hub path after the download, and the TACO cleaning rules."""
+import base64
+import collections
+import json
+import pickle
+import zlib
+
+import pytest
+
+from cobalt_min import problems as P
+from cobalt_min.data import make_demo
+from cobalt_min.sandbox import run_batch
+
+
+# ----------------------------------------------------------------------------- demo set
+
+
+def test_demo_set_shape():
+    probs = P.load_problems("demo")
+    assert len(probs) >= 40
+    assert len({p.id for p in probs}) == len(probs)
+    for p in probs:
+        assert len(p.public_tests["inputs"]) == 4 and len(p.hidden_tests["inputs"]) >= 3, p.id
+        assert len(p.public_tests["inputs"]) + len(p.hidden_tests["inputs"]) >= 7, p.id
+        assert p.solutions and "Input" in p.question or p.fn_name, p.id
+    very_easy = sum(p.difficulty == "very easy" for p in probs)
+    assert very_easy >= len(probs) // 3 - 1
+    assert sum(p.fn_name is not None for p in probs) >= 5
+    assert sum(len(p.all_tests()["inputs"]) >= 8 for p in probs) >= len(probs) - 2
+
+
+def test_demo_reference_solutions_pass_all_tests_and_wrong_ones_fail():
+    probs = {p.id: p for p in P.load_problems("demo")}
+    results = run_batch([(p.solutions[0], p.all_tests()) for p in probs.values()], timeout_s=4.0)
+    for p, res in zip(probs.values(), results):
+        assert all(r.passed for r in res), (p.id, [(r.status, r.stderr[-200:]) for r in res if not r.passed])
+    wrong = [(probs[f"demo/{pid}"], prog) for pid, prog in make_demo.WRONG.items()]
+    assert len(wrong) >= 5
+    public = run_batch([(prog, p.public_tests) for p, prog in wrong])
+    hidden = run_batch([(prog, p.hidden_tests) for p, prog in wrong])
+    for (p, _), pub, hid in zip(wrong, public, hidden):
+        assert all(r.passed for r in pub), p.id  # a plausible first attempt...
+        assert not all(r.passed for r in hid), p.id  # ...that the hidden tests catch
+
+
+def test_jsonl_round_trip(tmp_path):
+    probs = P.load_problems("demo", limit=3, verbose=False)
+    P.save_problems(probs, tmp_path / "x.jsonl")
+    again = P.load_problems(tmp_path / "x.jsonl", verbose=False)
+    assert [p.to_dict() for p in again] == [p.to_dict() for p in probs]
+
+
+# ----------------------------------------------------------------------------- TACO
+
+
+def taco_row(i, **over):
+    row = {"question": f"Problem {i}: read a and b and print their sum. " + "x" * 100,
+           "solutions": json.dumps(["a, b = map(int, input().split())\nprint(a + b)\n"]),
+           "starter_code": "",
+           "input_output": json.dumps({"inputs": [f"{k} {k}\n" for k in range(10)],
+                                       "outputs": [f"{2 * k}\n" for k in range(10)]}),
+           "difficulty": "EASY", "raw_tags": "[]", "name": None, "source": "codeforces", "tags": "[]",
+           "skill_types": "[]", "url": "https://example.org", "Expected Auxiliary Space": None,
+           "time_limit": "1 second", "date": None, "picture_num": None, "memory_limit": "256 megabytes",
+           "Expected Time Complexity": None}
+    row.update(over)
+    return row
+
+
+TACO_ROWS = [
+    taco_row(0),
+    taco_row(1, input_output=json.dumps({"fn_name": "double", "inputs": [[1], [2], [3]], "outputs": [[2], [4], [6]]}),
+             solutions=json.dumps(["def double(x):\n    return 2 * x\n"]), source="codewars"),
+    taco_row(2, input_output=json.dumps({"inputs": ["1\n", "2\n"], "outputs": ["1\n"]})),  # lengths differ
+    taco_row(3, input_output=""),  # missing tests
+    taco_row(4, input_output=json.dumps({"fn_name": "f", "inputs": ["4\n1 2 3 4"], "outputs": ["10"]}),
+             source="geeksforgeeks"),  # GeeksforGeeks-style input: not an argument list
+    taco_row(5, input_output="{not json"),
+]
+
+
+def write_taco_arrow(path, rows):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.ipc
+    table = pa.table({k: pa.array([r[k] for r in rows], type=pa.string()) for k in rows[0]})
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+
+
+def check_taco(probs, skipped):
+    assert [p.source for p in probs] == ["taco/codeforces", "taco/codewars"]
+    stdin, call = probs
+    assert stdin.fn_name is None and len(stdin.public_tests["inputs"]) == 4 and len(stdin.hidden_tests["inputs"]) == 6
+    assert call.fn_name == "double" and call.hidden_tests["taco_wrapped_outputs"] is True
+    assert call.solutions == ["def double(x):\n    return 2 * x\n"]
+    assert skipped == {"inputs and outputs of different lengths": 1, "missing tests": 1,
+                       "call-based inputs are not argument lists (GeeksforGeeks style)": 1, "tests are not valid JSON": 1}
+    # TACO's wrapped outputs are accepted by the sandbox for TACO data
+    res = run_batch([(s.solutions[0], s.all_tests()) for s in probs])
+    assert all(r.passed for rs in res for r in rs)
+
+
+def test_taco_arrow_stream_shard(tmp_path, capsys):
+    shard = tmp_path / "train" / "data-00000-of-00001.arrow"
+    shard.parent.mkdir()
+    write_taco_arrow(shard, TACO_ROWS)
+    probs = P.load_problems(tmp_path, split="train")
+    err = capsys.readouterr().err
+    assert "loaded 2 problems" in err and "skipped 1: missing tests" in err
+    skipped = collections.Counter()
+    P.parse_rows(P._read_file(shard), skipped=skipped)
+    check_taco(probs, skipped)
+
+
+def test_taco_json_rows(tmp_path):
+    path = tmp_path / "taco.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in TACO_ROWS))
+    skipped = collections.Counter()
+    probs = P.parse_rows(P._read_file(path), skipped=skipped)
+    check_taco(probs, skipped)
+    (tmp_path / "taco.json").write_text(json.dumps(TACO_ROWS))
+    assert len(P.load_problems(tmp_path / "taco.json", verbose=False)) == 2
+
+
+# ----------------------------------------------------------------------------- TACO-Cobalt
+
+
+def test_taco_cobalt_rows(tmp_path):
+    tests = {"inputs": [f"{k}\n" for k in range(9)], "outputs": [f"{k * k}\n" for k in range(9)]}
+    rows = [{"id": 17, "difficulty": "MEDIUM", "question": "Square it.", "test_cases": json.dumps(tests)},
+            {"id": 18, "difficulty": "EASY", "instruction": "Square it (PTB).",
+             "public_test_cases": json.dumps({"inputs": ["2\n", "1\n"], "outputs": ["1\n", "4\n"]}),
+             "hidden_test_cases": json.dumps({"inputs": ["3\n"], "outputs": ["9\n"]})},
+            {"id": 19, "question": "nothing to test"}]
+    path = tmp_path / "validation.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    probs = P.load_problems(path, verbose=False)
+    assert [p.id for p in probs] == ["17", "18"]
+    assert probs[0].public_tests["inputs"] == tests["inputs"][:4] and len(probs[0].hidden_tests["inputs"]) == 5
+    assert probs[1].question == "Square it (PTB)." and probs[1].public_tests["outputs"] == ["1\n", "4\n"]
+
+
+# ----------------------------------------------------------------------------- LiveCodeBench
+
+
+def encode_private(cases):
+    return base64.b64encode(zlib.compress(pickle.dumps(json.dumps(cases), protocol=4))).decode()
+
+
+class Exploit:
+    def __reduce__(self):
+        import os
+        return (os.system, ("touch /tmp/cobalt_min_pwned_by_pickle",))
+
+
+def lcb_rows():
+    stdin_row = {"question_title": "Add", "question_content": "Given A and B, print A+B.\n\nExample 1\n\nInput: 1 2",
+                 "platform": "atcoder", "question_id": "abc001_a", "contest_id": "abc001",
+                 "contest_date": "2025-02-01T00:00:00", "starter_code": "", "difficulty": "easy",
+                 "public_test_cases": json.dumps([{"input": "1 2\n", "output": "3\n", "testtype": "stdin"}]),
+                 "private_test_cases": encode_private([{"input": "5 6\n", "output": "11\n", "testtype": "stdin"}]),
+                 "metadata": "{}"}
+    func_row = dict(stdin_row, question_id="lc1", platform="leetcode", contest_date="2025-03-05T00:00:00",
+                    question_content="Return a+b.\nSample Input 1\n...",
+                    starter_code="class Solution:\n    def add(self, a: int, b: int) -> int:\n        ",
+                    public_test_cases=json.dumps([{"input": "1\n2", "output": "3", "testtype": "functional"}]),
+                    private_test_cases=json.dumps([{"input": "[1, 2]\n[3]", "output": "[1, 2, 3]",
+                                                    "testtype": "functional"}]),
+                    metadata=json.dumps({"func_name": "add"}))
+    poisoned = dict(stdin_row, question_id="evil", contest_date="2025-01-10T00:00:00",
+                    private_test_cases=base64.b64encode(zlib.compress(pickle.dumps(Exploit()))).decode())
+    old = dict(stdin_row, question_id="old", contest_date="2024-06-01T00:00:00")
+    return [stdin_row, func_row, poisoned, old]
+
+
+def test_livecodebench_rows(tmp_path, capsys):
+    import os
+    path = tmp_path / "test6.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in lcb_rows()))
+    probs = P.load_problems(path, start_date="2025-01-01", end_date="2025-04-30")
+    assert "skipped 1: undecodable private tests (UnpicklingError)" in capsys.readouterr().err
+    assert not os.path.exists("/tmp/cobalt_min_pwned_by_pickle")  # the poisoned pickle ran nothing
+    assert [p.id for p in probs] == ["abc001_a", "lc1"]
+    stdin, func = probs
+    assert stdin.question == "Given A and B, print A+B." and func.question == "Return a+b."
+    assert stdin.hidden_tests == {"inputs": ["5 6\n"], "outputs": ["11\n"]}
+    assert func.fn_name == "add" and func.public_tests["inputs"] == [[1, 2]] and func.public_tests["outputs"] == [3]
+    assert func.hidden_tests["inputs"] == [[[1, 2], [3]]] and func.hidden_tests["outputs"] == [[1, 2, 3]]
+    program = "class Solution:\n    def add(self, a, b):\n        return a + b\n"
+    [pub, hid] = run_batch([(program, func.public_tests), (program, func.hidden_tests)])
+    assert pub[0].passed and hid[0].passed
+
+
+# ----------------------------------------------------------------------------- errors
+
+
+def test_clear_errors(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"id": "a"}) + "\n{oops\n")
+    with pytest.raises(SystemExit, match=r"bad.jsonl line 2 is not valid JSON"):
+        P.load_problems(bad)
+    useless = tmp_path / "useless.jsonl"
+    useless.write_text(json.dumps(taco_row(0, input_output="")) + "\n")
+    with pytest.raises(SystemExit, match=r"no usable problem in .*useless.jsonl \(1 missing tests\)"):
+        P.load_problems(useless, verbose=False)
+    with pytest.raises(SystemExit, match="neither an existing file"):
+        P.load_problems(tmp_path / "nope.jsonl")
+    with pytest.raises(SystemExit, match="format must be one of"):
+        P.load_problems("demo", format="csv")
+
+
+# ----------------------------------------------------------------------------- the hub path, after the download
+
+
+def test_hub_sources_download_the_right_files(tmp_path, monkeypatch):
+    import huggingface_hub
+    shards = {"train/data-00000-of-00009.arrow": TACO_ROWS[:1], "test/data-00000-of-00001.arrow": TACO_ROWS[:2]}
+    for name, rows in shards.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        write_taco_arrow(tmp_path / name, rows)
+    (tmp_path / "test6.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lcb_rows()[:2]))
+    asked = []
+    monkeypatch.setattr(huggingface_hub, "list_repo_files", lambda repo, repo_type: list(shards) + ["README.md"])
+
+    def download(repo, name, repo_type):
+        asked.append((repo, name, repo_type))
+        return str(tmp_path / name)
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", download)
+    probs = P.load_problems("BAAI/TACO", split="test", verbose=False)
+    assert asked == [("BAAI/TACO", "test/data-00000-of-00001.arrow", "dataset")] and len(probs) == 2
+    asked.clear()
+    probs = P.load_problems("livecodebench/code_generation_lite", version="v6", verbose=False)
+    assert asked == [("livecodebench/code_generation_lite", "test6.jsonl", "dataset")] and len(probs) == 2
+    assert P._lcb_files("release_v3") == ["test.jsonl", "test2.jsonl", "test3.jsonl"]
+
+
+# ----------------------------------------------------------------------------- cleaning
+
+
+def test_taco_cleaning_rules():
+    good = "a, b = map(int, input().split())\nprint(a + b)\n"
+    wrong = "print(0)\n"
+    long_q = "Read two integers a and b and print their sum a + b. " * 5
+
+    def prob(pid, n_tests=10, question=long_q, solutions=(good,)):
+        tests = {"inputs": [f"{k} {k}\n" + " " * (k % 7) for k in range(n_tests)],
+                 "outputs": [f"{2 * k}\n" for k in range(n_tests)]}
+        pub, hid = P.split_tests(tests, 4)
+        return P.Problem(pid, question, pub, hid, solutions=list(solutions))
+
+    many = prob("many", n_tests=30)
+    inputs = many.all_tests()["inputs"]
+    by_size = sorted(inputs, key=len)
+    probs = [prob("ok"), prob("short", question="Sum them."), prob("img", question=long_q + " see image below"),
+             prob("few", n_tests=7), many, prob("late-right", solutions=(wrong, wrong, good)),
+             prob("none-right", solutions=(wrong,)), prob("no-solution", solutions=())]
+    kept, dropped = P.clean_taco(probs, seed=1, progress=False)
+    assert sorted(p.id for p in kept) == ["late-right", "many", "ok"]
+    assert dropped == {"question under 100 alphanumeric characters": 1, "question with an image": 1,
+                       "fewer than 8 tests": 1, "no reference solution passes all tests": 1,
+                       "no reference solution": 1}
+    m = next(p for p in kept if p.id == "many")
+    kept_inputs = m.all_tests()["inputs"]
+    assert len(m.public_tests["inputs"]) == 4 and len(kept_inputs) == 20
+    assert sorted(kept_inputs) == sorted(by_size[:5] + by_size[-15:])
+    assert next(p for p in kept if p.id == "late-right").solutions[0] == good  # the verified one first
+    again, _ = P.clean_taco(probs, seed=1, progress=False)
+    assert [p.to_dict() for p in again] == [p.to_dict() for p in kept]  # seeded: deterministic
