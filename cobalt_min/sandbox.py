@@ -69,6 +69,7 @@ class Limits:
 @dataclasses.dataclass
 class TestResult:
     """The verdict on one test. `stdout`/`stderr` keep the head and tail of long streams."""
+    __test__ = False  # not a pytest test class
     passed: bool
     status: str  # one of STATUSES
     stdout: str = ""

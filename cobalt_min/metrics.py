@@ -1,0 +1,81 @@
+"""Evaluation metrics (paper §6): Pass@1 per turn, its change from turn 0, and unbiased pass@k."""
+
+import math
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from n samples of which c are correct: 1 - C(n - c, k) / C(n, k) (Chen et al., 2021)."""
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def solved_at(traj: dict, t: int) -> bool:
+    """Does the CURRENT program at turn t pass all hidden tests? (Not best-so-far.) A conversation that
+    stopped early keeps its last program."""
+    turns = traj["turns"]
+    if not turns:
+        return False
+    return turns[min(t, len(turns) - 1)]["hidden_pass_rate"] >= 1.0
+
+
+def pass1_per_turn(problem_records: list[dict], n_turns: int) -> list[float]:
+    """Pass@1 at each turn: fraction of a problem's samples solved, averaged over problems."""
+    out = []
+    for t in range(n_turns):
+        per_problem = [sum(solved_at(tr, t) for tr in rec["samples"]) / len(rec["samples"]) for rec in problem_records]
+        out.append(sum(per_problem) / len(per_problem) if per_problem else 0.0)
+    return out
+
+
+def summarize(problem_records: list[dict], n_turns: int) -> dict:
+    """Pass@1 per turn (in %), its change from turn 0 (points and relative %), and pass@k at turn 0."""
+    p1 = [100 * x for x in pass1_per_turn(problem_records, n_turns)]
+    n = min((len(r["samples"]) for r in problem_records), default=0)
+    pass_k = {}
+    for k in range(1, n + 1):
+        vals = [pass_at_k(len(r["samples"]), sum(solved_at(tr, 0) for tr in r["samples"]), k) for r in problem_records]
+        pass_k[k] = 100 * sum(vals) / len(vals)
+    return {"problems": len(problem_records), "samples": n, "turns": n_turns,
+            "pass@1": p1, "change_points": [x - p1[0] for x in p1] if p1 else [],
+            "change_relative_pct": [100 * (x - p1[0]) / p1[0] if p1 and p1[0] > 0 else None for x in p1],
+            "pass@k_turn0": pass_k}
+
+
+def format_table(summary: dict, title: str = "") -> str:
+    """A plain-text table of Pass@1 per turn."""
+    lines = [title] if title else []
+    lines.append(f"{summary['problems']} problems x {summary['samples']} samples")
+    lines.append(f"{'turn':>4}  {'Pass@1 %':>8}  {'vs t=0':>7}  {'rel. %':>7}")
+    for t, (p, d, r) in enumerate(zip(summary["pass@1"], summary["change_points"], summary["change_relative_pct"])):
+        rel = f"{r:+7.1f}" if r is not None else f"{'n/a':>7}"
+        lines.append(f"{t:>4}  {p:8.2f}  {d:+7.2f}  {rel}")
+    if summary["pass@k_turn0"]:
+        ks = summary["pass@k_turn0"]
+        shown = [k for k in ks if k in (1, 2, 4, 8, 16) or k == max(ks)]
+        lines.append("turn 0 pass@k: " + ", ".join(f"k={k}: {ks[k]:.2f}" for k in shown))
+    return "\n".join(lines)
+
+
+def plot_pass_at_1(curves: dict, path, title: str = "Pass@1 per turn") -> bool:
+    """Plot one or more Pass@1 curves ({label: [values]}) to a PNG; False (with a message) without matplotlib."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print(f"matplotlib is not installed: skipping {path} (pip install matplotlib)")
+        return False
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    for label, values in curves.items():
+        ax.plot(range(len(values)), values, marker="o", label=label)
+    ax.set_xlabel("turn")
+    ax.set_ylabel("Pass@1 (%)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    if len(curves) > 1:
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True

@@ -1,0 +1,104 @@
+"""The multi-turn self-debugging loop (paper §1, §2, §6), batched over many conversations at once.
+
+For every (problem, sample): write program 0, run it, show feedback from the first failing public
+test, write program 1, ... Per turn there is ONE generate call for all live conversations and ONE
+sandbox batch for all their programs (public tests for the feedback, all tests for the score).
+
+A trajectory (one per problem and sample) records per turn: the raw response, the extracted program,
+the public-test verdicts, the hidden-test pass rate, the pass rate over all tests, and the feedback
+shown next; plus the conversation as the model saw it (`messages`).
+"""
+
+import time
+
+from tqdm.auto import tqdm
+
+from cobalt_min.problems import join_tests
+from cobalt_min.prompts import extract_code, feedback_message, first_turn_messages, history_text
+from cobalt_min.sandbox import run_batch
+
+
+def judge_programs(programs: list, problems: list, feedback_tests: list, *, timeout_s: float = 4.0,
+                   workers=None, progress=False) -> list:
+    """Run each program (None = no code block) on its feedback tests and on all true tests of its
+    problem, in one sandbox batch. Returns per program: feedback_results, public/hidden/all pass rates."""
+    jobs, index = [], []
+    for k, (program, problem, shown) in enumerate(zip(programs, problems, feedback_tests)):
+        if program is None:
+            continue
+        same = shown is problem.public_tests
+        tests = problem.all_tests() if same else join_tests(shown, problem.all_tests())
+        jobs.append((program, tests))
+        index.append((k, same))
+    results = run_batch(jobs, timeout_s=timeout_s, workers=workers, progress=progress) if jobs else []
+    out = [None] * len(programs)
+    for (k, same), res in zip(index, results):
+        problem = problems[k]
+        n_shown = len(feedback_tests[k]["inputs"])
+        n_pub = len(problem.public_tests["inputs"])
+        true = res if same else res[n_shown:]
+        shown = res[:n_shown]
+        hidden = true[n_pub:]
+        out[k] = {"feedback_results": shown,
+                  "public_pass_rate": sum(r.passed for r in true[:n_pub]) / max(1, n_pub),
+                  "hidden_pass_rate": sum(r.passed for r in hidden) / max(1, len(hidden)),
+                  "pass_rate": sum(r.passed for r in true) / max(1, len(true))}
+    return out
+
+
+def rollout(problems: list, engine, *, samples: int, turns: int, temperature: float = 0.6, top_p: float = 0.95,
+            max_new_tokens: int = 8192, seed: int = 0, thinking: bool = False, stop_on_public_pass: bool = False,
+            timeout_s: float = 4.0, workers=None, feedback_tests: list | None = None, progress: bool = True):
+    """Run `samples` conversations per problem for turn 0 plus `turns` feedback turns.
+
+    feedback_tests: per problem, the public tests whose results the model sees (default: its public
+    tests; perturb.py passes perturbed ones). Scores always use the problem's true tests.
+    Returns (trajectories, timings): trajectories[i][s] is the record of problem i, sample s."""
+    feedback_tests = feedback_tests or [p.public_tests for p in problems]
+    convs = [[first_turn_messages(p.question, p.starter_code, p.fn_name) for _ in range(samples)] for p in problems]
+    trajs = [[{"problem_id": p.id, "sample": s, "turns": [], "messages": None, "stopped": False}
+              for s in range(samples)] for p in problems]
+    timings = {"generate_s": 0.0, "execute_s": 0.0}
+    bar = tqdm(total=turns + 1, desc="turns", unit="turn", disable=not progress, leave=False)
+    for t in range(turns + 1):
+        live = [(i, s) for i in range(len(problems)) for s in range(samples) if not trajs[i][s]["stopped"]]
+        if not live:
+            break
+        # ------------------------------------------------------------ generate: one call per turn
+        start = time.perf_counter()
+        if t == 0:  # the same opening context for every sample: ask for `samples` completions of it
+            texts = engine.generate([convs[i][0] for i in range(len(problems))], n=samples, temperature=temperature,
+                                    top_p=top_p, max_new_tokens=max_new_tokens, seed=seed)
+            responses = {(i, s): texts[i][s] for i, s in live}
+        else:
+            texts = engine.generate([convs[i][s] for i, s in live], n=1, temperature=temperature, top_p=top_p,
+                                    max_new_tokens=max_new_tokens, seed=seed + t)
+            responses = {key: out[0] for key, out in zip(live, texts)}
+        timings["generate_s"] += time.perf_counter() - start
+        # ------------------------------------------------------------ execute: one sandbox batch per turn
+        start = time.perf_counter()
+        programs = [extract_code(responses[key]) for key in live]
+        verdicts = judge_programs(programs, [problems[i] for i, _ in live], [feedback_tests[i] for i, _ in live],
+                                  timeout_s=timeout_s, workers=workers)
+        timings["execute_s"] += time.perf_counter() - start
+        # ------------------------------------------------------------ record, give feedback
+        for (i, s), program, v in zip(live, programs, verdicts):
+            shown = feedback_tests[i]
+            message = feedback_message(v["feedback_results"] if v else None, shown, timeout_s)
+            record = {"turn": t, "response": responses[(i, s)], "program": program,
+                      "public": [{"status": r.status, "passed": r.passed} for r in v["feedback_results"]] if v else [],
+                      "public_pass_rate": v["public_pass_rate"] if v else 0.0,
+                      "hidden_pass_rate": v["hidden_pass_rate"] if v else 0.0,
+                      "pass_rate": v["pass_rate"] if v else 0.0,
+                      "feedback": message["content"]}
+            trajs[i][s]["turns"].append(record)
+            convs[i][s] = convs[i][s] + [{"role": "assistant", "content": history_text(responses[(i, s)], thinking)},
+                                         message]
+            if stop_on_public_pass and v and all(r.passed for r in v["feedback_results"]):
+                trajs[i][s]["stopped"] = True
+        bar.update(1)
+    bar.close()
+    for i in range(len(problems)):
+        for s in range(samples):
+            trajs[i][s]["messages"] = convs[i][s]
+    return trajs, timings
