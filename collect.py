@@ -1,0 +1,151 @@
+"""Offline trajectory collection (COBALT stage 1, paper §4).
+
+A reference model writes `--trajectories` first-turn programs per problem and continues each for
+`--turns` programs in all, with public-test feedback between them. The raw trajectories are written
+as problems finish (DIR/raw.jsonl; a killed run continues with --resume). Then they are filtered,
+down-sampled and cut into partial trajectories: DIR/contexts.jsonl, ready for train.py.
+
+    # CPU, demo problems and the demo model (a few minutes):
+    python collect.py --model smollm2 --problems demo --out runs/collect --trajectories 4 --turns 3 --max-new-tokens 256
+    # GPU, the paper's setting (reference model = the fine-tuned policy you start RL from):
+    python collect.py --model path/to/sft-model --problems data/taco_train.jsonl --out runs/collect \
+        --trajectories 16 --turns 3 --thinking
+    python collect.py --model path/to/sft-model --problems data/taco_dev.jsonl --split validation --out runs/collect_val
+    # rebuild contexts from existing raw trajectories, without generating anything:
+    python collect.py --process-only --out runs/collect --tokenizer path/to/policy
+
+Outputs: DIR/raw.jsonl (one line per problem: tests and trajectories), DIR/contexts.jsonl (one line per
+context: problem_id, messages, prev_best, turn, tests), DIR/stats.json.
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from cobalt_min.generation import find_smollm2_gguf, make_engine
+from cobalt_min.jsonl import append_jsonl, read_jsonl
+from cobalt_min.problems import load_problems
+from cobalt_min.rollout import rollout
+from cobalt_min.trajectories import PROMPT_BUDGET, build_contexts
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    g = ap.add_argument_group("model")
+    g.add_argument("--model", default=None, help="reference model: hub id, folder, .gguf file or 'smollm2'")
+    g.add_argument("--engine", default="auto", choices=["auto", "vllm", "hf"], help="default auto")
+    g.add_argument("--thinking", action="store_true", help="thinking model (template mode, history after </think>)")
+    g.add_argument("--dtype", default="auto")
+    g.add_argument("--batch-size", type=int, default=64, help="transformers engine: sequences per generate call")
+    g.add_argument("--tensor-parallel-size", type=int, default=1)
+    g.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    g = ap.add_argument_group("problems")
+    g.add_argument("--problems", default=None, help="'demo', a file/folder, or a hub dataset id")
+    g.add_argument("--problem-split", default=None, help="split of the problem source to read")
+    g.add_argument("--limit", type=int, default=None, help="first K problems only")
+    g = ap.add_argument_group("collection (paper §4 defaults)")
+    g.add_argument("--trajectories", type=int, default=16, help="trajectories per problem (default 16)")
+    g.add_argument("--turns", type=int, default=3, help="programs per trajectory, feedback between them (default 3)")
+    g.add_argument("--temperature", type=float, default=0.6, help="default 0.6")
+    g.add_argument("--top-p", type=float, default=0.95, help="default 0.95")
+    g.add_argument("--max-new-tokens", type=int, default=8192, help="default 8192")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--timeout", type=float, default=4.0, help="seconds per test (default 4)")
+    g.add_argument("--workers", type=int, default=None, help="sandbox workers (default: one per CPU)")
+    g.add_argument("--batch-problems", type=int, default=8, help="problems rolled out together (default 8)")
+    g = ap.add_argument_group("contexts (paper §4 defaults)")
+    g.add_argument("--split", default="train", choices=["train", "validation"],
+                   help="train: keep diff > 0 and max == 1, down-sample to --m; validation: the one trajectory "
+                        "with the smallest diff > 0 (default train)")
+    g.add_argument("--m", type=int, default=4, help="trajectories kept per problem (default 4)")
+    g.add_argument("--prompt-budget", type=int, default=PROMPT_BUDGET, help="max context tokens (default 10000)")
+    g.add_argument("--tokenizer", default=None, help="tokenizer for the budget (default: --model; the policy's)")
+    g.add_argument("--process-only", action="store_true", help="only rebuild contexts from DIR/raw.jsonl")
+    g = ap.add_argument_group("output")
+    g.add_argument("--out", required=True, help="output folder")
+    g.add_argument("--resume", action="store_true", help="continue DIR/raw.jsonl, skipping finished problems")
+    return ap.parse_args(argv)
+
+
+def token_counter(path: str, thinking: bool):
+    """count(messages) -> prompt tokens with the tokenizer and chat template of `path`."""
+    from transformers import AutoTokenizer
+
+    from cobalt_min.generation import chat_kwargs, gguf_location
+    folder, gguf_file = gguf_location(path, None)
+    try:
+        tok = AutoTokenizer.from_pretrained(folder, **({"gguf_file": gguf_file} if gguf_file else {}))
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"error: could not load the tokenizer of {path}: {e}") from None
+
+    def count(messages):
+        text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **chat_kwargs(thinking or None))
+        return len(tok(text, add_special_tokens=False)["input_ids"])
+    return count
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    print("collect.py", " ".join(f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items()), file=sys.stderr)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    raw_path = out / "raw.jsonl"
+    model = find_smollm2_gguf() if args.model == "smollm2" else args.model
+
+    # ------------------------------------------------------------------ roll out the reference model
+    if not args.process_only:
+        if not model or not args.problems:
+            raise SystemExit("error: --model and --problems are required (or use --process-only)")
+        if raw_path.exists() and raw_path.stat().st_size and not args.resume:
+            raise SystemExit(f"error: {raw_path} exists: pass --resume to continue it, or --process-only")
+        problems = load_problems(args.problems, split=args.problem_split, limit=args.limit)
+        done = {r["problem_id"] for r in read_jsonl(raw_path, repair=True)}
+        todo_ids = {p.id for p in problems} - done
+        if done:
+            print(f"resuming: {len(done)} problems already collected, {len(todo_ids)} to go", file=sys.stderr)
+        if todo_ids:
+            engine = make_engine(args.engine, model, thinking=args.thinking or None, dtype=args.dtype,
+                                 batch_size=args.batch_size, tensor_parallel_size=args.tensor_parallel_size,
+                                 gpu_memory_utilization=args.gpu_memory_utilization, seed=args.seed)
+            bar = tqdm(total=len(problems), initial=len(problems) - len(todo_ids), desc="problems", unit="problem")
+            for start in range(0, len(problems), args.batch_problems):
+                batch = [p for p in problems[start:start + args.batch_problems] if p.id in todo_ids]
+                if not batch:
+                    continue
+                trajs, _ = rollout(batch, engine, samples=args.trajectories, turns=args.turns - 1,
+                                   temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
+                                   seed=args.seed + 1000 * start, thinking=args.thinking, timeout_s=args.timeout,
+                                   workers=args.workers)
+                for p, samples in zip(batch, trajs):
+                    append_jsonl(raw_path, {"problem_id": p.id, "tests": p.all_tests(), "samples": samples})
+                    bar.update(1)
+            bar.close()
+
+    # ------------------------------------------------------------------ contexts
+    records = read_jsonl(raw_path)
+    if not records:
+        raise SystemExit(f"error: no raw trajectories in {raw_path}")
+    tok_path = args.tokenizer or model
+    count = token_counter(tok_path, args.thinking) if tok_path else None
+    if count is None:
+        print("warning: no --tokenizer: the prompt budget is not checked", file=sys.stderr)
+    contexts, stats = build_contexts(records, {r["problem_id"]: r["tests"] for r in records}, split=args.split,
+                                     m=args.m, count_prompt_tokens=count, budget=args.prompt_budget, seed=args.seed)
+    ctx_path = out / "contexts.jsonl"
+    with open(ctx_path, "w") as f:
+        for c in contexts:
+            f.write(json.dumps(c) + "\n")
+    stats.update(split=args.split, source=str(raw_path))
+    (out / "stats.json").write_text(json.dumps(stats, indent=2))
+    print(f"problems seen: {stats['problems']}, dropped by dynamic sampling (all first programs pass): "
+          f"{stats['dropped_all_pass']}, without a usable trajectory: {stats['no_usable_trajectory']}")
+    print(f"trajectories kept: {stats['trajectories_kept']}; contexts: {stats['contexts']} "
+          f"(per turn: {dict(sorted(stats['contexts_per_turn'].items()))})")
+    print(f"wrote {ctx_path} and {out / 'stats.json'}")
+
+
+if __name__ == "__main__":
+    main()
