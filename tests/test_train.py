@@ -1,0 +1,131 @@
+"""train.py end to end on CPU with a tiny random model: it learns a synthetic reward, resumes exactly,
+runs the real COBALT reward path, runs two-process data parallel, and refuses bad input clearly."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from cobalt_min.problems import load_problems
+from cobalt_min.prompts import first_turn_messages
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def write_contexts(path, problems=None, short=False):
+    rows = []
+    for i, p in enumerate(problems or load_problems("demo", limit=4, verbose=False)):
+        msgs = [{"role": "user", "content": f"Say something #{i}."}] if short else first_turn_messages(p.question)
+        rows.append({"problem_id": p.id, "messages": msgs, "prev_best": 0.0, "turn": 0, "tests": p.all_tests()})
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def train(out, model, contexts, *extra, launcher=(sys.executable,)):
+    cmd = [*launcher, os.path.join(ROOT, "train.py"), "--model", model, "--contexts", str(contexts), "--out", str(out),
+           "--engine", "hf", *extra]
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=900)
+
+
+def metrics(out):
+    return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+SANITY = ["--batch-size", "4", "--group-size", "8", "--max-new-tokens", "8", "--temperature", "1.0",
+          "--mini-batches", "2", "--micro-batch-size", "16", "--kl-coef", "0.001", "--save-every", "2"]
+
+
+def target_tokens(model_dir):
+    """The lowercase letters: about a tenth of a random byte-level model's samples at first."""
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    return ",".join(str(tok.convert_tokens_to_ids(c)) for c in "abcdefghijklmnopqrstuvwxyz")
+
+
+def test_grpo_loop_learns_a_synthetic_reward(tiny_model_dir, tmp_path):
+    ctx = write_contexts(tmp_path / "ctx.jsonl", short=True)
+    proc = train(tmp_path / "run", tiny_model_dir, ctx, *SANITY, "--lr", "5e-3", "--max-steps", "30", "--epochs", "100",
+                 "--sanity-reward-tokens", target_tokens(tiny_model_dir), "--save-every", "100")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rewards = [m["reward_mean"] for m in metrics(tmp_path / "run")]
+    assert len(rewards) == 30
+    start, end = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
+    assert end > start + 0.3, rewards
+
+
+def test_resume_continues_exactly(tiny_model_dir, tmp_path):
+    ctx = write_contexts(tmp_path / "ctx.jsonl", short=True)
+    args = [*SANITY, "--lr", "1e-3", "--epochs", "10", "--sanity-reward-tokens", target_tokens(tiny_model_dir)]
+    straight = train(tmp_path / "a", tiny_model_dir, ctx, *args, "--max-steps", "4")
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    first = train(tmp_path / "b", tiny_model_dir, ctx, *args, "--max-steps", "2")
+    assert first.returncode == 0, first.stderr[-3000:]
+    again = train(tmp_path / "b", tiny_model_dir, ctx, *args, "--max-steps", "4")
+    assert again.returncode != 0 and "--resume" in again.stderr
+    resumed = train(tmp_path / "b", tiny_model_dir, ctx, *args, "--max-steps", "4", "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resumed from" in resumed.stderr
+    from safetensors.torch import load_file
+    a = load_file(str(tmp_path / "a" / "final" / "model.safetensors"))
+    b = load_file(str(tmp_path / "b" / "final" / "model.safetensors"))
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.allclose(a[k], b[k], atol=1e-6), k
+    ma, mb = metrics(tmp_path / "a"), metrics(tmp_path / "b")
+    assert [m["step"] for m in mb] == [1, 2, 3, 4]
+    assert [m["reward_mean"] for m in ma] == [m["reward_mean"] for m in mb]
+    initial = load_file(str(tmp_path / "a" / "final" / "model.safetensors"))  # and it did change the model
+    from transformers import AutoModelForCausalLM
+    start = AutoModelForCausalLM.from_pretrained(tiny_model_dir).state_dict()
+    assert any(not torch.allclose(start[k], initial[k]) for k in initial if k in start)
+
+
+def test_cobalt_reward_path_and_final_model(tiny_model_dir, tmp_path):
+    ctx = write_contexts(tmp_path / "ctx.jsonl")
+    val = write_contexts(tmp_path / "val.jsonl", load_problems("demo", limit=2, verbose=False))
+    proc = train(tmp_path / "run", tiny_model_dir, ctx, "--batch-size", "2", "--group-size", "2",
+                 "--max-new-tokens", "8", "--max-steps", "2", "--micro-batch-size", "2", "--val-contexts", str(val),
+                 "--val-every", "1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ms = metrics(tmp_path / "run")
+    for key in ["reward_mean", "reward_std", "pass_rate", "zero_std_groups", "clip_frac_high", "clip_frac_low",
+                "clip_frac_dual", "kl", "ratio", "grad_norm", "response_len", "truncated", "generate_s", "execute_s",
+                "update_s", "gen_tokens_per_s", "train_tokens_per_s", "val_reward"]:
+        assert key in ms[0], key
+    assert ms[0]["reward_mean"] == -1.0  # a random tiny model writes no code block: r = -1
+    assert (tmp_path / "run" / "checkpoints" / "step_2").is_dir()
+    from cobalt_min.generation import HFEngine
+    engine = HFEngine(str(tmp_path / "run" / "final"))
+    assert len(engine.generate([[{"role": "user", "content": "hi"}]], n=1, max_new_tokens=4)[0]) == 1
+
+
+def test_two_process_data_parallel_on_cpu(tiny_model_dir, tmp_path):
+    accelerate = shutil.which("accelerate", path=os.path.dirname(sys.executable))
+    if accelerate is None:
+        pytest.skip("accelerate's launcher is not installed")
+    ctx = write_contexts(tmp_path / "ctx.jsonl", short=True)
+    proc = train(tmp_path / "ddp", tiny_model_dir, ctx, *SANITY, "--max-steps", "1",
+                 "--sanity-reward-tokens", target_tokens(tiny_model_dir),
+                 launcher=(accelerate, "launch", "--num_processes", "2", "--num_machines", "1", "--cpu",
+                           "--mixed_precision", "no", "--dynamo_backend", "no"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [m] = metrics(tmp_path / "ddp")
+    assert m["step"] == 1 and (tmp_path / "ddp" / "final" / "model.safetensors").exists()
+
+
+def test_clear_errors(tiny_model_dir, tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    proc = train(tmp_path / "o1", tiny_model_dir, empty)
+    assert proc.returncode != 0 and "holds no contexts" in proc.stderr
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"problem_id": "x", "messages": [], "prev_best": 0, "tests": {"inputs": [], "outputs": []}}))
+    proc = train(tmp_path / "o2", tiny_model_dir, bad)
+    assert proc.returncode != 0 and "line 1 (problem x) has no usable tests" in proc.stderr
+    proc = train(tmp_path / "o3", str(tmp_path / "no-model"), write_contexts(tmp_path / "c.jsonl", short=True))
+    assert proc.returncode != 0 and "could not load model" in proc.stderr
+    proc = train(tmp_path / "o4", tiny_model_dir, tmp_path / "missing.jsonl")
+    assert proc.returncode != 0 and "does not exist" in proc.stderr
