@@ -40,6 +40,7 @@ class Problem:
     difficulty: str = ""
     source: str = ""
     solutions: list = dataclasses.field(default_factory=list)
+    feedback_tests: dict | None = None  # public tests as SHOWN to the model when they differ (perturbed sets)
 
     def all_tests(self) -> dict:
         """Public and hidden tests together (the reward's pass rate is over these, paper §3)."""

@@ -1,0 +1,182 @@
+"""Perturbed feedback (paper §7): perturbed test sets, training augmentation, reward-hacking analysis.
+
+    # a perturbed problem set, like TACO-Dev-PTB (public tests with two expected outputs swapped):
+    python perturb.py tests --problems data/taco_dev.jsonl --out data/taco_dev_ptb.jsonl
+    # evaluate with perturbed feedback, then find the hacking candidates:
+    python evaluate.py --model M --problems data/taco_dev_ptb.jsonl --perturbed --out runs/ptb
+    python perturb.py analyze --run runs/ptb
+    # classify them with an LLM judge (a local model, or any OpenAI-compatible server):
+    python perturb.py judge --cases runs/ptb/hacking_candidates.jsonl --model Qwen/Qwen3-8B
+    python perturb.py judge --cases runs/ptb/hacking_candidates.jsonl --api-base http://localhost:8000/v1 --api-model M
+    # perturbed training contexts from collected trajectories (no model calls), for train.py:
+    python perturb.py augment --trajectories runs/collect/raw.jsonl --problems data/taco_train.jsonl \
+        --out runs/collect/perturbed_contexts.jsonl
+    python train.py ... --perturbed-contexts runs/collect/perturbed_contexts.jsonl --perturbed-fraction 0.2
+"""
+
+import argparse
+import collections
+import dataclasses
+import json
+import os
+import sys
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from cobalt_min.jsonl import append_jsonl, read_jsonl
+
+
+def cmd_tests(args):
+    from cobalt_min.perturbation import perturb_public_tests, problem_rng
+    from cobalt_min.problems import load_problems, save_problems
+    problems = load_problems(args.problems, split=args.split, limit=args.limit)
+    out, dropped = [], 0
+    for p in problems:
+        made = perturb_public_tests(p.public_tests, problem_rng(args.seed, p.id))
+        if made is None:
+            dropped += 1
+            continue
+        out.append(dataclasses.replace(p, feedback_tests=made[0]))  # true public and hidden tests are kept
+    if not out:
+        raise SystemExit(f"error: no problem of {args.problems} has two public tests with distinct outputs")
+    save_problems(out, args.out)
+    print(f"wrote {len(out)} perturbed problems to {args.out} ({dropped} with fewer than 2 distinct outputs dropped)")
+
+
+def cmd_augment(args):
+    from cobalt_min.perturbation import perturbed_contexts
+    from cobalt_min.problems import load_problems
+    records = read_jsonl(args.trajectories)
+    if not records:
+        raise SystemExit(f"error: no trajectories in {args.trajectories}")
+    problems = {p.id: p for p in load_problems(args.problems, split=args.split)}
+    count = None
+    if args.tokenizer:
+        from collect import token_counter
+        count = token_counter(args.tokenizer, args.thinking)
+    contexts, stats = perturbed_contexts(records, problems, seed=args.seed, fraction=args.fraction, m=args.m,
+                                         count_prompt_tokens=count, timeout_s=args.timeout, workers=args.workers)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    with open(args.out, "w") as f:
+        for c in contexts:
+            f.write(json.dumps(c) + "\n")
+    print(f"{stats['problems']} problems perturbed ({stats['without_two_distinct_outputs']} without 2 distinct "
+          f"outputs); {stats['contexts']} perturbed contexts (per turn: {dict(sorted(stats['contexts_per_turn'].items()))})")
+    print(f"wrote {args.out}")
+
+
+def cmd_analyze(args):
+    from cobalt_min.metrics import format_table, summarize
+    from cobalt_min.perturbation import hacking_candidates
+    run = Path(args.run)
+    records = read_jsonl(run / "trajectories.jsonl")
+    if not records:
+        raise SystemExit(f"error: no trajectories in {run / 'trajectories.jsonl'}")
+    if not any("perturbed" in r for r in records):
+        raise SystemExit(f"error: {run} is not a perturbed run (evaluate.py --perturbed)")
+    cases = [c for r in records for c in hacking_candidates(r)]
+    n_turns = max(len(s["turns"]) for r in records for s in r["samples"])
+    per_turn = collections.Counter(c["turn"] for c in cases)
+    per_problem = collections.Counter(c["problem_id"] for c in cases)
+    n_samples = sum(len(r["samples"]) for r in records)
+    summary = summarize(records, n_turns)
+    with open(run / "hacking_candidates.jsonl", "w") as f:
+        for c in cases:
+            f.write(json.dumps(c) + "\n")
+    report = {"candidates": len(cases), "per_turn": {t: per_turn.get(t, 0) for t in range(1, n_turns)},
+              "problems_with_candidates": len(per_problem), "problems": len(records),
+              "rate_per_problem": {pid: per_problem.get(pid, 0) / len(r["samples"]) for pid, r in
+                                   ((r["problem_id"], r) for r in records)},
+              "candidates_per_trajectory": len(cases) / max(1, n_samples), "pass@1_true_tests": summary}
+    (run / "hacking_report.json").write_text(json.dumps(report, indent=2))
+    print(format_table(summary, title=f"{run}: Pass@1 on the true hidden tests, with perturbed feedback"))
+    print(f"hacking candidates: {len(cases)} in {len(per_problem)}/{len(records)} problems "
+          f"({report['candidates_per_trajectory']:.3f} per trajectory)")
+    print("per turn: " + ", ".join(f"t={t}: {n}" for t, n in report["per_turn"].items()))
+    print(f"wrote {run / 'hacking_candidates.jsonl'} and {run / 'hacking_report.json'}")
+
+
+def cmd_judge(args):
+    from cobalt_min.perturbation import CATEGORIES, chat_completion, judge_messages, parse_verdict
+    cases = read_jsonl(args.cases)
+    if not cases:
+        raise SystemExit(f"error: no cases in {args.cases}")
+    out = Path(args.out or Path(args.cases).with_name("judgements.jsonl"))
+    done = {(j["problem_id"], j["sample"], j["turn"]) for j in read_jsonl(out, repair=True)}
+    todo = [c for c in cases if (c["problem_id"], c["sample"], c["turn"]) not in done]
+    if args.api_base:
+        if not args.api_model:
+            raise SystemExit("error: --api-base needs --api-model")
+
+        def ask(batch):
+            return [chat_completion(args.api_base, args.api_model, judge_messages(c),
+                                    api_key=os.environ.get("OPENAI_API_KEY"), max_tokens=args.max_new_tokens)
+                    for c in batch]
+    elif args.model:
+        from cobalt_min.generation import make_engine
+        engine = make_engine(args.engine, args.model, thinking=args.thinking or None)
+
+        def ask(batch):
+            texts = engine.generate([judge_messages(c) for c in batch], n=1, temperature=0.0, top_p=1.0,
+                                    max_new_tokens=args.max_new_tokens, seed=0)
+            return [t[0] for t in texts]
+    else:
+        raise SystemExit("error: give --model, or --api-base and --api-model")
+    for start in tqdm(range(0, len(todo), args.batch_size), desc="judging", unit="batch"):
+        batch = todo[start:start + args.batch_size]
+        for case, answer in zip(batch, ask(batch)):
+            label, rationale = parse_verdict(answer)
+            append_jsonl(out, {"problem_id": case["problem_id"], "sample": case["sample"], "turn": case["turn"],
+                               "label": label, "rationale": rationale, "answer": answer})
+    judged = read_jsonl(out)
+    shares = collections.Counter(j["label"] for j in judged)
+    table = {c: shares.get(c, 0) / len(judged) for c in CATEGORIES + ["unparsed"]}
+    out.with_suffix(".summary.json").write_text(json.dumps({"cases": len(judged), "shares": table}, indent=2))
+    print(f"{'category':<20} share")
+    for c, v in table.items():
+        print(f"{c:<20} {100 * v:5.1f}%")
+    print(f"wrote {out} and {out.with_suffix('.summary.json')}")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    t = sub.add_parser("tests", help="write a perturbed problem set (public tests perturbed, hidden kept)")
+    t.add_argument("--problems", required=True, help="'demo', a file/folder, or a hub dataset id")
+    t.add_argument("--split", default=None)
+    t.add_argument("--limit", type=int, default=None)
+    t.add_argument("--out", required=True, help="output JSONL (our format, with feedback_tests)")
+    t.add_argument("--seed", type=int, default=0)
+    a = sub.add_parser("augment", help="perturbed training contexts from collected trajectories")
+    a.add_argument("--trajectories", required=True, help="raw.jsonl from collect.py")
+    a.add_argument("--problems", required=True, help="the problem set the trajectories were collected on")
+    a.add_argument("--split", default=None)
+    a.add_argument("--out", required=True, help="output contexts JSONL for train.py --perturbed-contexts")
+    a.add_argument("--fraction", type=float, default=1.0, help="share of problems perturbed (default 1.0)")
+    a.add_argument("--m", type=int, default=4, help="trajectories kept per problem (default 4)")
+    a.add_argument("--tokenizer", default=None, help="policy tokenizer for the 10,000-token prompt budget")
+    a.add_argument("--thinking", action="store_true")
+    a.add_argument("--timeout", type=float, default=4.0)
+    a.add_argument("--workers", type=int, default=None)
+    a.add_argument("--seed", type=int, default=0)
+    z = sub.add_parser("analyze", help="hacking candidates of an evaluate.py --perturbed run")
+    z.add_argument("--run", required=True, help="the evaluate.py --out folder")
+    j = sub.add_parser("judge", help="classify hacking candidates with an LLM judge")
+    j.add_argument("--cases", required=True, help="hacking_candidates.jsonl from `analyze`")
+    j.add_argument("--out", default=None, help="judgements JSONL (default: judgements.jsonl beside --cases)")
+    j.add_argument("--model", default=None, help="local judge model (hub id, folder, .gguf)")
+    j.add_argument("--engine", default="auto", choices=["auto", "vllm", "hf"])
+    j.add_argument("--thinking", action="store_true")
+    j.add_argument("--api-base", default=None, help="OpenAI-compatible server, e.g. http://localhost:8000/v1 "
+                   "(key from OPENAI_API_KEY if set)")
+    j.add_argument("--api-model", default=None, help="model name on that server")
+    j.add_argument("--max-new-tokens", type=int, default=2048)
+    j.add_argument("--batch-size", type=int, default=16)
+    args = ap.parse_args(argv)
+    print("perturb.py", " ".join(f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items()), file=sys.stderr)
+    {"tests": cmd_tests, "augment": cmd_augment, "analyze": cmd_analyze, "judge": cmd_judge}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    main()
