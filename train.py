@@ -88,7 +88,7 @@ def parse_args(argv=None):
     g.add_argument("--kl-estimator", default="k2", choices=["k1", "k2", "k3"], help="default k2 (veRL 'mse')")
     g.add_argument("--agg", default="token-mean", choices=["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"])
     g.add_argument("--adv-eps", type=float, default=1e-6, help="advantage = (r - mean) / (std + eps)")
-    g.add_argument("--logprob-chunk", type=int, default=1024, help="tokens per LM-head chunk in log-probs")
+    g.add_argument("--logprob-chunk", type=int, default=256, help="tokens per LM-head chunk in log-probs (default 256)")
     g = ap.add_argument_group("optimisation (paper §5 defaults)")
     g.add_argument("--lr", type=float, default=1e-6, help="constant learning rate (default 1e-6)")
     g.add_argument("--weight-decay", type=float, default=0.01, help="AdamW weight decay (default 0.01)")

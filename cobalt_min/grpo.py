@@ -40,6 +40,13 @@ def group_advantages(rewards: torch.Tensor, eps: float = 1e-6, scale: bool = Tru
 # ----------------------------------------------------------------------------- log-probs
 
 
+def _chunk_logits(h, weight, bias, temperature):
+    """float32 logits of one chunk, divided by the sampling temperature, without extra copies."""
+    logits = F.linear(h, weight, bias)
+    logits = logits.float() if logits.dtype != torch.float32 else logits
+    return logits.div_(temperature) if temperature != 1.0 else logits
+
+
 class _ChunkedTokenLogprob(torch.autograd.Function):
     """log p(y) = (h W^T)[y] / tau - logsumexp(h W^T / tau), computed a chunk of tokens at a time.
 
@@ -53,7 +60,7 @@ class _ChunkedTokenLogprob(torch.autograd.Function):
         # hidden (N, H), weight (V, H), targets (N,) -> logp (N,) float32
         out = torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)
         for s in range(0, hidden.shape[0], chunk):
-            logits = F.linear(hidden[s:s + chunk], weight, bias).float() / temperature  # (c, V)
+            logits = _chunk_logits(hidden[s:s + chunk], weight, bias, temperature)  # (c, V) float32
             out[s:s + chunk] = logits.gather(1, targets[s:s + chunk, None]).squeeze(1) - logits.logsumexp(1)
         ctx.save_for_backward(hidden, weight, bias, targets)
         ctx.temperature, ctx.chunk = temperature, chunk
@@ -69,12 +76,14 @@ class _ChunkedTokenLogprob(torch.autograd.Function):
         grad_b = torch.zeros_like(bias, dtype=torch.float32) if (need_b and bias is not None) else None
         for s in range(0, hidden.shape[0], chunk):
             h = hidden[s:s + chunk]
-            logits = F.linear(h, weight, bias).float() / tau
+            logits = _chunk_logits(h, weight, bias, tau)
             g = grad_out[s:s + chunk, None]  # (c, 1)
-            # d/dlogits of g * (logits[y] - logsumexp) = g * (onehot(y) - softmax), then the 1/tau
-            grad_logits = -logits.softmax(1).mul_(g)
+            # d/dlogits of g * (logits[y] - logsumexp) = g * (onehot(y) - softmax), then the 1/tau.
+            # Computed in place in the logits buffer: one (c, V) float32 block alive at a time.
+            grad_logits = logits.sub_(logits.logsumexp(1, keepdim=True)).exp_().mul_(-g)
             grad_logits.scatter_add_(1, targets[s:s + chunk, None], g)
-            grad_logits.div_(tau)
+            if tau != 1.0:
+                grad_logits.div_(tau)
             if need_h:
                 grad_h[s:s + chunk] = (grad_logits.to(weight.dtype) @ weight).to(hidden.dtype)
             if need_w:
@@ -87,7 +96,7 @@ class _ChunkedTokenLogprob(torch.autograd.Function):
 
 
 def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, completion_mask: torch.Tensor,
-                   *, temperature: float = 1.0, chunk_tokens: int = 1024) -> torch.Tensor:
+                   *, temperature: float = 1.0, chunk_tokens: int = 256) -> torch.Tensor:
     """Log-probabilities of the completion tokens under a causal LM -> (B, T) float32.
 
     input_ids, attention_mask, completion_mask: (B, T). Entry [b, t] is log p(input_ids[b, t] |
@@ -128,7 +137,7 @@ class LogprobModel(torch.nn.Module):
     so that the log-prob computation runs inside the wrapper's forward (gradient sync, parameter
     gathering), while the chunked LM head stays outside Hugging Face's own forward."""
 
-    def __init__(self, lm, chunk_tokens: int = 1024):
+    def __init__(self, lm, chunk_tokens: int = 256):
         super().__init__()
         self.lm = lm
         self.chunk_tokens = chunk_tokens
