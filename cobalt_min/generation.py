@@ -75,7 +75,8 @@ class HFEngine:
     """Batched sampling with transformers `generate`: left padding, KV cache, EOS-aware. CPU or GPU."""
 
     def __init__(self, model_path: str, *, gguf_file: str | None = None, dtype="auto", device=None,
-                 thinking: bool | None = None, batch_size: int = 64, model=None, tokenizer=None):
+                 thinking: bool | None = None, batch_size: int = 64, model=None, tokenizer=None,
+                 cache_implementation: str | None = None):
         if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         if model is None:
@@ -84,6 +85,7 @@ class HFEngine:
         self.device = device
         self.thinking = thinking
         self.batch_size = batch_size
+        self.cache_implementation = cache_implementation  # e.g. "static" (GPU: preallocated KV cache)
         gen_eos = getattr(model.generation_config, "eos_token_id", None)
         eos = gen_eos if gen_eos is not None else tokenizer.eos_token_id
         self.eos_ids = set(eos if isinstance(eos, list) else [eos])
@@ -113,8 +115,10 @@ class HFEngine:
                 mask[row, width - len(p):] = 1
             sampling = dict(do_sample=True, temperature=temperature, top_p=top_p) if temperature > 0 \
                 else dict(do_sample=False)
+            if self.cache_implementation:
+                sampling["cache_implementation"] = self.cache_implementation
             gen = self.model.generate(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
-                                      max_new_tokens=max_new_tokens, pad_token_id=pad,
+                                      max_new_tokens=max_new_tokens, pad_token_id=pad, use_cache=True,
                                       eos_token_id=sorted(self.eos_ids), **sampling)
             for row, (i, _) in enumerate(chunk):
                 out[i].append(self._completion(gen[row, width:].tolist()))

