@@ -74,7 +74,8 @@ def programs(canary_dir: str, port: int, marker: str) -> dict:
 # Looks for the expected output everywhere a program might: frames, objects, /proc of every process
 # (cmdline, environ, memory), and files. The marker is random and lives only in the grader's memory.
 HUNT = r"""
-import gc, os, sys, re
+import gc, os, sys, re, time
+deadline = time.time() + 4  # search for 4 seconds at most, then report
 found = []
 pat = re.compile(rb'HUNT-[0-9a-f]{32}')
 f = sys._getframe()
@@ -107,8 +108,10 @@ for pid in [p for p in os.listdir('/proc') if p.isdigit()]:
                     break
     except (OSError, ValueError, OverflowError):
         pass
-for root in ('/tmp', '/var/tmp', '/dev/shm', '/root', '/home', '/work', os.getcwd()):
+for root in (os.getcwd(), '/tmp', '/var/tmp', '/dev/shm', '/root', '/home', '/work'):
     for d, _, files in os.walk(root):
+        if time.time() > deadline:
+            break
         for name in files:
             try:
                 if pat.search(open(os.path.join(d, name), 'rb').read(1 << 20)):

@@ -188,9 +188,9 @@ def test_perturbed_problem_set_and_analyze(tmp_path):
     rec = {"problem_id": p.id, "perturbed": info[p.id], "samples": [
         {"sample": 0, "messages": [{}, {"content": "problem"}], "turns": [
             {"turn": 0, "program": "x = 1", "public": [{"passed": False}, {"passed": False}, {"passed": True}],
-             "hidden_pass_rate": 1.0, "feedback": "fb0"},
+             "hidden_pass_rate": 1.0, "pass_rate": 0.9, "feedback": "fb0"},
             {"turn": 1, "program": "x = 2", "public": [{"passed": True}, {"passed": False}, {"passed": True}],
-             "hidden_pass_rate": 0.5, "feedback": "fb1"}]}]}
+             "hidden_pass_rate": 0.5, "pass_rate": 0.6, "feedback": "fb1"}]}]}
     (run / "trajectories.jsonl").write_text(json.dumps(rec) + "\n")
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "perturb.py"), "analyze", "--run", str(run)],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
