@@ -8,6 +8,10 @@
 2. One training update as train.py does it (policy log-probs with grad, reference log-probs,
    policy_loss, backward, AdamW step) vs a bare forward + backward of the same model on the same
    tokens (Hugging Face loss). Target: <= 1.5x the bare time.
+3. With --vs-trl (only if the trl package is installed; never a requirement): one full train.py step
+   against TRL's GRPOTrainer at equal settings (SmolLM2-135M as a plain folder, 2 prompts x 4 samples
+   x 128 new tokens, CPU, same clip / KL (k3, as TRL) / token-mean settings, the same execution-free
+   reward). Target: <= 0.75x TRL's time.
 Each measurement runs in its own process, so peak memory is that measurement's alone (CPU: peak RSS
 above the process's baseline; GPU: torch.cuda.max_memory_allocated).
 """
@@ -107,6 +111,111 @@ def run(kind, args):
     return q.get()
 
 
+# ----------------------------------------------------------------------------- --vs-trl
+
+VS_TRL = dict(prompts=2, group=4, new_tokens=128, steps=3)  # the issue's setting: 2 prompts x 4 samples x 128 tokens
+
+
+def vs_trl_contexts(path):
+    """Two demo-problem opening contexts, in train.py's contexts format."""
+    from cobalt_min.problems import load_problems
+    from cobalt_min.prompts import first_turn_messages
+    rows = [{"problem_id": p.id, "messages": first_turn_messages(p.question), "prev_best": 0.0, "turn": 0,
+             "tests": p.all_tests()} for p in load_problems("demo", limit=VS_TRL["prompts"], verbose=False)]
+    with open(path, "w") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+    return rows
+
+
+def digit_ids(tokenizer):
+    """The shared, execution-free reward of this comparison: share of completion tokens that are digits."""
+    return sorted({tokenizer.convert_tokens_to_ids(d) for d in "0123456789"})
+
+
+def run_trl(model_dir, contexts, queue):
+    """TRL's GRPOTrainer with train.py's loss settings; per-step wall time from a callback."""
+    import torch
+    from datasets import Dataset
+    from transformers import AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+    torch.set_num_threads(os.cpu_count() or 1)
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    targets = set(digit_ids(tok))
+
+    def reward(completions, completion_ids, **kw):
+        return [sum(t in targets for t in ids) / max(1, len(ids)) for ids in completion_ids]
+
+    times = []
+
+    class Timer(TrainerCallback):
+        def on_step_begin(self, *a, **k):
+            self.start = time.perf_counter()
+
+        def on_step_end(self, *a, **k):
+            times.append(time.perf_counter() - self.start)
+
+    g = VS_TRL["group"]
+    cfg = GRPOConfig(output_dir=os.path.join(os.path.dirname(contexts[0]["_path"]), "trl"), use_cpu=True, bf16=False,
+                     per_device_train_batch_size=VS_TRL["prompts"] * g, num_generations=g, steps_per_generation=1,
+                     gradient_accumulation_steps=1, max_completion_length=VS_TRL["new_tokens"], temperature=1.0,
+                     top_p=1.0, learning_rate=1e-6, lr_scheduler_type="constant", weight_decay=0.01,
+                     max_grad_norm=1.0, beta=1e-4, epsilon=0.2,
+                     epsilon_high=0.4, delta=3.0, loss_type="dapo", num_iterations=1, scale_rewards="group",
+                     max_steps=VS_TRL["steps"], logging_steps=1, report_to="none", save_strategy="no", seed=0)
+    data = Dataset.from_list([{"prompt": c["messages"]} for c in contexts] * VS_TRL["steps"])
+    trainer = GRPOTrainer(model=model_dir, reward_funcs=reward, args=cfg, train_dataset=data, callbacks=[Timer()])
+    trainer.train()
+    queue.put(times)
+
+
+def vs_trl(args):
+    import importlib.util
+    import statistics
+    import subprocess
+    import tempfile
+    if importlib.util.find_spec("trl") is None:
+        raise SystemExit("--vs-trl needs the trl package (pip install trl); it is never a requirement of cobalt-min")
+    from transformers import AutoTokenizer
+    from cobalt_min.generation import convert_gguf, find_smollm2_gguf
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    work = tempfile.mkdtemp(prefix="vs-trl-")
+    model_dir = args.vs_trl_model or convert_gguf(find_smollm2_gguf(), os.path.join(work, "smollm2"))
+    ctx_path = os.path.join(work, "contexts.jsonl")
+    contexts = vs_trl_contexts(ctx_path)
+    targets = ",".join(map(str, digit_ids(AutoTokenizer.from_pretrained(model_dir))))
+    g = VS_TRL["group"]
+    cmd = [sys.executable, os.path.join(root, "train.py"), "--model", model_dir, "--contexts", ctx_path,
+           "--out", os.path.join(work, "ours"), "--engine", "hf", "--batch-size", str(VS_TRL["prompts"]),
+           "--group-size", str(g), "--max-new-tokens", str(VS_TRL["new_tokens"]), "--temperature", "1.0",
+           "--top-p", "1.0", "--lr", "1e-6", "--kl-coef", "1e-4", "--kl-estimator", "k3", "--clip-low", "0.2",
+           "--clip-high", "0.4", "--dual-clip", "3.0", "--agg", "token-mean", "--mini-batches", "1",
+           "--micro-batch-size", str(VS_TRL["prompts"] * g), "--max-steps", str(VS_TRL["steps"]),
+           "--epochs", str(VS_TRL["steps"]), "--save-every", "1000", "--sanity-reward-tokens", targets]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=root)
+    if proc.returncode != 0:
+        raise SystemExit("train.py failed:\n" + proc.stderr[-3000:])
+    ours = [json.loads(x)["step_s"] for x in open(os.path.join(work, "ours", "metrics.jsonl"))]
+    for c in contexts:
+        c["_path"] = ctx_path
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    p = ctx.Process(target=run_trl, args=(model_dir, contexts, q))
+    p.start()
+    p.join()
+    if p.exitcode != 0:
+        raise SystemExit(f"TRL run failed (exit {p.exitcode})")
+    theirs = q.get()
+    # The first step of each pays one-off costs (allocator, optimizer state): compare the later ones.
+    a, b = statistics.median(ours[1:]), statistics.median(theirs[1:])
+    print(f"one GRPO step, SmolLM2-135M, {VS_TRL['prompts']} prompts x {g} samples x {VS_TRL['new_tokens']} new tokens, "
+          f"CPU (steps after the first, median):")
+    print(f"  train.py: {a:.1f} s   (steps: {', '.join(f'{x:.1f}' for x in ours)})")
+    print(f"  TRL GRPOTrainer: {b:.1f} s   (steps: {', '.join(f'{x:.1f}' for x in theirs)})")
+    print(f"  ratio train.py / TRL: {a / b:.2f}  (target <= 0.75)  {'OK' if a / b <= 0.75 else 'ABOVE'}")
+    return {"train_py_step_s": ours, "trl_step_s": theirs, "ratio": a / b}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cpu")
@@ -121,7 +230,14 @@ def main():
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--json", default=None, help="also write the results here")
+    ap.add_argument("--vs-trl", action="store_true", help="also time one train.py step against TRL's GRPOTrainer "
+                    "(SmolLM2-135M, 2 prompts x 4 samples x 128 new tokens, CPU; needs `pip install trl`)")
+    ap.add_argument("--vs-trl-only", action="store_true", help="only the TRL comparison")
+    ap.add_argument("--vs-trl-model", default=None, help="plain model folder for --vs-trl (default: convert SmolLM2)")
     args = ap.parse_args()
+    if args.vs_trl_only:
+        vs_trl(args)
+        return
     print(f"model: hidden {args.hidden}, {args.layers} layers, vocab {args.vocab}; batch {args.batch} x "
           f"({args.prompt} prompt + {args.completion} completion) tokens; device {args.device}")
     res = {k: run(k, args) for k in ("chunked", "naive", "update", "bare")}
@@ -136,10 +252,11 @@ def main():
     print(f"training update: {u['seconds']:.3f} s (peak {gb(u['peak_bytes']):.2f} GiB) | bare fwd+bwd: "
           f"{b['seconds']:.3f} s (peak {gb(b['peak_bytes']):.2f} GiB)")
     print(f"  update / bare: {time_ratio:.2f}x  (target <= 1.5x)  {'OK' if time_ratio <= 1.5 else 'ABOVE'}")
+    trl = vs_trl(args) if args.vs_trl else None
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "results": res, "memory_ratio": mem_ratio, "update_ratio": time_ratio}, f,
-                      indent=2)
+            json.dump({"args": vars(args), "results": res, "memory_ratio": mem_ratio, "update_ratio": time_ratio,
+                       "vs_trl": trl}, f, indent=2)
 
 
 if __name__ == "__main__":
