@@ -21,13 +21,11 @@ def test_demo_set_shape():
     assert len(probs) >= 40
     assert len({p.id for p in probs}) == len(probs)
     for p in probs:
-        assert len(p.public_tests["inputs"]) == 4 and len(p.hidden_tests["inputs"]) >= 3, p.id
-        assert len(p.public_tests["inputs"]) + len(p.hidden_tests["inputs"]) >= 7, p.id
-        assert p.solutions and "Input" in p.question or p.fn_name, p.id
+        assert len(p.public_tests["inputs"]) == 4 and len(p.hidden_tests["inputs"]) >= 4, p.id  # >= 8 tests
+        assert p.solutions and ("Input" in p.question or p.fn_name), p.id
     very_easy = sum(p.difficulty == "very easy" for p in probs)
     assert very_easy >= len(probs) // 3 - 1
     assert sum(p.fn_name is not None for p in probs) >= 5
-    assert sum(len(p.all_tests()["inputs"]) >= 8 for p in probs) >= len(probs) - 2
 
 
 def test_demo_reference_solutions_pass_all_tests_and_wrong_ones_fail():

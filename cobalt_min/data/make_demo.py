@@ -207,7 +207,7 @@ PROBLEMS = [
      "r, c = map(int, input().split())\nm = [input().split() for _ in range(r)]\nfor j in range(c):\n"
      "    print(' '.join(m[i][j] for i in range(r)))\n",
      ["2 2\n1 2\n3 4\n", "1 1\n5\n", "3 3\n1 2 3\n4 5 6\n7 8 9\n", "2 2\n0 1\n1 0\n", "2 3\n1 2 3\n4 5 6\n",
-      "3 1\n1\n2\n3\n", "1 4\n9 8 7 6\n"]),
+      "3 1\n1\n2\n3\n", "1 4\n9 8 7 6\n", "2 4\n1 2 3 4\n5 6 7 8\n"]),
     ("word-frequency", "medium",
      "Word Frequency\n\nCount how often each word occurs in the text and print \"word count\" lines, most frequent "
      "first; words with the same count in alphabetical order.\n\nInput\nOne line of lowercase words separated by "
