@@ -527,7 +527,7 @@ def clean_taco(problems: list[Problem], *, min_tests: int = 8, max_tests: int = 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m cobalt_min.problems",
                                  description="Problem-set tools. `clean`: the paper's TACO cleaning; "
-                                             "`show`: load any source and print a summary.")
+                                             "`show`: load any source and print a summary; `split`: split a set in two.")
     sub = ap.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("clean", help="clean TACO as the paper does and write our JSONL")
     c.add_argument("--input", required=True, help="TACO source: BAAI/TACO, a folder of .arrow shards, or rows")
