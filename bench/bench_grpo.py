@@ -113,7 +113,7 @@ def run(kind, args):
 
 # ----------------------------------------------------------------------------- --vs-trl
 
-VS_TRL = dict(prompts=2, group=4, new_tokens=128, steps=3)  # the setting: 2 prompts x 4 samples x 128 tokens
+VS_TRL = dict(prompts=2, group=4, new_tokens=128, steps=3)  # 2 prompts x 4 samples x 128 tokens
 
 
 def vs_trl_contexts(path):

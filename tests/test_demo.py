@@ -1,4 +1,4 @@
-"""The whole pipeline on the embedded demo (issue: a shortened `demo.sh`): 2 held-out problems,
+"""The whole pipeline on the embedded demo, a shortened `demo.sh`: 2 held-out problems,
 2 training problems, 2 turns, 2 samples, 2 GRPO steps, with the real demo model. Checks every artefact."""
 import importlib.util
 import json
