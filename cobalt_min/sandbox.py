@@ -260,6 +260,9 @@ def _bwrap_prefix(limits: Limits) -> list[str]:
     for f in ("/etc/ld.so.cache", "/etc/localtime", "/etc/alternatives"):
         if os.path.exists(f):
             args += ["--ro-bind", f, f]
+    # The private /tmp comes BEFORE the Python folders: a venv under /tmp (a checkout in /tmp) must be
+    # bound on top of it, not hidden by it.
+    args += ["--size", str(limits.tmp_mb << 20), "--perms", "1777", "--tmpfs", "/tmp"]
     made = {"/", "/usr", "/proc", "/dev", "/tmp"}
     for p in _python_paths():
         parts = Path(p).parts
@@ -270,8 +273,7 @@ def _bwrap_prefix(limits: Limits) -> list[str]:
                 args += ["--perms", "0755", "--dir", parent]
         if p not in made and not p.startswith("/usr/"):
             args += ["--ro-bind", p, p]
-    args += ["--size", str(limits.tmp_mb << 20), "--perms", "1777", "--tmpfs", "/tmp", "--chdir", "/tmp",
-             "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/tmp", "--setenv", "LANG", "C.UTF-8",
+    args += ["--chdir", "/tmp", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/tmp", "--setenv", "LANG", "C.UTF-8",
              "--setenv", "OPENBLAS_NUM_THREADS", "1", "--setenv", "OMP_NUM_THREADS", "1"]
     if os.geteuid() == 0:  # the runner needs these two to drop to the sandbox uid, then has none
         args += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
