@@ -273,8 +273,8 @@ def _bwrap_prefix(limits: Limits) -> list[str]:
                 args += ["--perms", "0755", "--dir", parent]
         if p not in made and not p.startswith("/usr/"):
             args += ["--ro-bind", p, p]
-    args += ["--chdir", "/tmp", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/tmp", "--setenv", "LANG", "C.UTF-8",
-             "--setenv", "OPENBLAS_NUM_THREADS", "1", "--setenv", "OMP_NUM_THREADS", "1"]
+    args += ["--chdir", "/tmp", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/tmp",
+             "--setenv", "LANG", "C.UTF-8", "--setenv", "OPENBLAS_NUM_THREADS", "1", "--setenv", "OMP_NUM_THREADS", "1"]
     if os.geteuid() == 0:  # the runner needs these two to drop to the sandbox uid, then has none
         args += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
     return args
