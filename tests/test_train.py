@@ -129,3 +129,7 @@ def test_clear_errors(tiny_model_dir, tmp_path):
     assert proc.returncode != 0 and "could not load model" in proc.stderr
     proc = train(tmp_path / "o4", tiny_model_dir, tmp_path / "missing.jsonl")
     assert proc.returncode != 0 and "does not exist" in proc.stderr
+    if not torch.cuda.is_available():
+        proc = train(tmp_path / "o5", tiny_model_dir, write_contexts(tmp_path / "c2.jsonl", short=True),
+                     "--engine", "vllm")
+        assert proc.returncode != 0 and "needs a GPU" in proc.stderr
