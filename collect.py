@@ -74,17 +74,14 @@ def token_counter(path: str, thinking: bool):
     """count(messages) -> prompt tokens with the tokenizer and chat template of `path`."""
     from transformers import AutoTokenizer
 
-    from cobalt_min.generation import chat_kwargs, gguf_location
+    from cobalt_min.generation import chat_prompt_ids, gguf_location
     folder, gguf_file = gguf_location(path, None)
     try:
         tok = AutoTokenizer.from_pretrained(folder, **({"gguf_file": gguf_file} if gguf_file else {}))
     except (OSError, ValueError) as e:
         raise SystemExit(f"error: could not load the tokenizer of {path}: {e}") from None
 
-    def count(messages):
-        text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **chat_kwargs(thinking or None))
-        return len(tok(text, add_special_tokens=False)["input_ids"])
-    return count
+    return lambda messages: len(chat_prompt_ids(tok, messages, thinking or None))
 
 
 def main(argv=None):

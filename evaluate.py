@@ -129,7 +129,8 @@ def main(argv=None):
     bar.close()
 
     # ------------------------------------------------------------------ summary
-    records = [r for r in read_jsonl(traj_path) if r["problem_id"] in {p.id for p in problems}]
+    wanted = {p.id for p in problems}
+    records = [r for r in read_jsonl(traj_path) if r["problem_id"] in wanted]
     summary = summarize(records, args.turns + 1)
     summary.update(model=args.model, problems_source=args.problems, perturbed=args.perturbed,
                    temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens,

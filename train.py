@@ -45,7 +45,7 @@ from cobalt_min.grpo import LogprobModel, group_advantages, pack_sequences, poli
 from cobalt_min.jsonl import append_jsonl, read_jsonl
 from cobalt_min.prompts import extract_code
 from cobalt_min.rewards import correctness_reward, training_reward, validation_reward
-from cobalt_min.sandbox import run_batch
+from cobalt_min.sandbox import pass_rate, run_batch
 
 
 def parse_args(argv=None):
@@ -176,6 +176,13 @@ def gathered_policy(accelerator, wrapped):
         yield lm
 
 
+def pass_rates(programs: list, tests: list, *, timeout_s: float, workers) -> list:
+    """Pass rate of each program on its tests (None where the response had no code), one sandbox batch."""
+    jobs = [(p, t) for p, t in zip(programs, tests) if p is not None]
+    results = iter(run_batch(jobs, timeout_s=timeout_s, workers=workers) if jobs else [])
+    return [None if p is None else pass_rate(next(results)) for p in programs]
+
+
 def latest_checkpoint(out: Path):
     ckpts = sorted((out / "checkpoints").glob("step_*"), key=lambda p: int(p.name.split("_")[1]))
     return ckpts[-1] if ckpts else None
@@ -294,12 +301,10 @@ def main(argv=None):
         # ============================================================== 3. execute on all tests of the problem
         t = time.perf_counter()
         programs = [extract_code(comp.text) for _, comp in flat]
-        jobs = [(prog, batch[b]["tests"]) for (b, _), prog in zip(flat, programs) if prog is not None]
-        if args.sanity_reward_tokens is not None:
-            jobs = []  # the sanity-check reward needs no execution
-        results = iter(run_batch(jobs, timeout_s=args.timeout, workers=workers) if jobs else [])
-        rates = [None if prog is None or not jobs else sum(r.passed for r in next(results)) / len(batch[b]["tests"]["inputs"])
-                 for (b, _), prog in zip(flat, programs)]
+        if args.sanity_reward_tokens is None:
+            rates = pass_rates(programs, [batch[b]["tests"] for b, _ in flat], timeout_s=args.timeout, workers=workers)
+        else:
+            rates = [None] * len(programs)  # the sanity-check reward needs no execution
         timings["execute_s"] = time.perf_counter() - t
 
         # ============================================================== 4. rewards and advantages
@@ -404,11 +409,9 @@ def main(argv=None):
                                      temperature=args.val_temperature, top_p=0.95, max_new_tokens=args.max_new_tokens,
                                      seed=args.seed + 7 * step)
             unwrapped.train()
-            progs = [extract_code(o[0].text) for o in outs]
-            res = iter(run_batch([(p, c["tests"]) for p, c in zip(progs, mine) if p is not None], timeout_s=args.timeout,
-                                 workers=workers) if any(p is not None for p in progs) else [])
-            vals = [validation_reward(None if p is None else sum(r.passed for r in next(res)) / len(c["tests"]["inputs"]))
-                    for p, c in zip(progs, mine)]
+            vals = [validation_reward(r) for r in pass_rates([extract_code(o[0].text) for o in outs],
+                                                             [c["tests"] for c in mine], timeout_s=args.timeout,
+                                                             workers=workers)]
             v = accelerator.gather_for_metrics(torch.tensor(vals, device=accelerator.device, dtype=torch.float32))
             metrics["val_reward"] = v.mean().item()
             metrics["val_s"] = round(time.perf_counter() - t, 3)

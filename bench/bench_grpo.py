@@ -100,15 +100,20 @@ def measure(kind, args, queue):
     queue.put({"kind": kind, "seconds": min(times), "peak_bytes": peak_bytes(args, baseline)})
 
 
-def run(kind, args):
+def in_own_process(target, *args, what="measurement"):
+    """Run target(*args, queue) in a fresh (spawned) process and return what it put on the queue."""
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    p = ctx.Process(target=measure, args=(kind, args, q))
+    p = ctx.Process(target=target, args=(*args, q))
     p.start()
     p.join()
     if p.exitcode != 0:
-        raise SystemExit(f"measurement {kind} failed (exit {p.exitcode})")
+        raise SystemExit(f"{what} failed (exit {p.exitcode})")
     return q.get()
+
+
+def run(kind, args):
+    return in_own_process(measure, kind, args, what=f"measurement {kind}")
 
 
 # ----------------------------------------------------------------------------- --vs-trl
@@ -198,14 +203,7 @@ def vs_trl(args):
     ours = [json.loads(x)["step_s"] for x in open(os.path.join(work, "ours", "metrics.jsonl"))]
     for c in contexts:
         c["_path"] = ctx_path
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    p = ctx.Process(target=run_trl, args=(model_dir, contexts, q))
-    p.start()
-    p.join()
-    if p.exitcode != 0:
-        raise SystemExit(f"TRL run failed (exit {p.exitcode})")
-    theirs = q.get()
+    theirs = in_own_process(run_trl, model_dir, contexts, what="TRL run")
     # The first step of each pays one-off costs (allocator, optimizer state): compare the later ones.
     a, b = statistics.median(ours[1:]), statistics.median(theirs[1:])
     print(f"one GRPO step, SmolLM2-135M, {VS_TRL['prompts']} prompts x {g} samples x {VS_TRL['new_tokens']} new tokens, "

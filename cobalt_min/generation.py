@@ -71,6 +71,20 @@ def chat_kwargs(thinking: bool | None) -> dict:
     return {} if thinking is None else {"enable_thinking": thinking}
 
 
+def chat_prompt_ids(tokenizer, conversation: list[dict], thinking: bool | None) -> list[int]:
+    """Token ids of the chat-templated conversation, ready for the assistant's turn."""
+    text = tokenizer.apply_chat_template(conversation, add_generation_prompt=True, tokenize=False,
+                                         **chat_kwargs(thinking))
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def generate_texts(engine, conversations, *, n, temperature, top_p, max_new_tokens, seed) -> list[list[str]]:
+    """n completion texts per conversation, for any engine with prompt_ids and sample."""
+    done = engine.sample([engine.prompt_ids(c) for c in conversations], n=n, temperature=temperature, top_p=top_p,
+                         max_new_tokens=max_new_tokens, seed=seed)
+    return [[c.text for c in cs] for cs in done]
+
+
 class HFEngine:
     """Batched sampling with transformers `generate`: left padding, KV cache, EOS-aware. CPU or GPU."""
 
@@ -92,9 +106,7 @@ class HFEngine:
 
     def prompt_ids(self, conversation: list[dict]) -> list[int]:
         """Token ids of the chat-templated conversation, ready for the assistant's turn."""
-        text = self.tokenizer.apply_chat_template(conversation, add_generation_prompt=True, tokenize=False,
-                                                  **chat_kwargs(self.thinking))
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return chat_prompt_ids(self.tokenizer, conversation, self.thinking)
 
     @torch.no_grad()
     def sample(self, prompts: list[list[int]], *, n: int = 1, temperature: float = 1.0, top_p: float = 1.0,
@@ -135,9 +147,8 @@ class HFEngine:
     def generate(self, conversations: list[list[dict]], *, n: int = 1, temperature: float = 1.0, top_p: float = 1.0,
                  max_new_tokens: int = 512, seed: int | None = None) -> list[list[str]]:
         """n completion texts per conversation."""
-        done = self.sample([self.prompt_ids(c) for c in conversations], n=n, temperature=temperature, top_p=top_p,
-                           max_new_tokens=max_new_tokens, seed=seed)
-        return [[c.text for c in cs] for cs in done]
+        return generate_texts(self, conversations, n=n, temperature=temperature, top_p=top_p,
+                              max_new_tokens=max_new_tokens, seed=seed)
 
 
 class VLLMEngine:
@@ -162,9 +173,7 @@ class VLLMEngine:
         self.thinking = thinking
 
     def prompt_ids(self, conversation: list[dict]) -> list[int]:
-        text = self.tokenizer.apply_chat_template(conversation, add_generation_prompt=True, tokenize=False,
-                                                  **chat_kwargs(self.thinking))
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return chat_prompt_ids(self.tokenizer, conversation, self.thinking)
 
     def sample(self, prompts, *, n=1, temperature=1.0, top_p=1.0, max_new_tokens=512, seed=None):
         from vllm import SamplingParams
@@ -174,9 +183,8 @@ class VLLMEngine:
                 for req in outputs]
 
     def generate(self, conversations, *, n=1, temperature=1.0, top_p=1.0, max_new_tokens=512, seed=None):
-        done = self.sample([self.prompt_ids(c) for c in conversations], n=n, temperature=temperature, top_p=top_p,
-                           max_new_tokens=max_new_tokens, seed=seed)
-        return [[c.text for c in cs] for cs in done]
+        return generate_texts(self, conversations, n=n, temperature=temperature, top_p=top_p,
+                              max_new_tokens=max_new_tokens, seed=seed)
 
     @torch.no_grad()
     def load_weights(self, model) -> None:
