@@ -9,11 +9,18 @@ ratio, whether the verdicts agree, and the median per-test overhead of the sandb
 program's own run time (own time = the same program exec'd in this process, no sandbox; overhead =
 sandbox wall time per test, one worker, minus that). Targets on a 2-core machine: ratio >= 10x,
 identical verdicts, median overhead < 2 ms.
+
+Also printed, for scale: two ceilings that no fork-per-test sandbox can pass on this machine, measured
+in the same run with the same workers. Each is a bare loop in a fresh `python -I -S` that forks per
+test, execs the program and keeps its stdout (no isolation, limits, timeout or reports): once with
+nothing preloaded, once holding the modules the sandbox runner holds (json for call-based results,
+traceback for error messages, ctypes, the common competitive-programming modules).
 """
 import argparse
 import concurrent.futures
 import contextlib
 import io
+import marshal
 import os
 import random
 import statistics
@@ -22,7 +29,8 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+sys.path.insert(0, ROOT)
 from cobalt_min.sandbox import Limits, Sandbox, default_workers, resolve_isolation, run_batch, stdout_matches  # noqa
 
 # (name, correct program, wrong program, input generator, reference answer)
@@ -86,6 +94,59 @@ def naive_judge(program_path, tests, timeout_s):
     return verdicts
 
 
+# The ceiling of any fork-per-test design, run by `python -I -S -c PREAMBLE + BARE_FORK_LOOP`: fork
+# per test, exec the program, keep its stdout. No isolation, no limits, no timeout, no reports. Reads
+# marshal'd [(program, inputs), ...] on stdin, writes (exit status, stdout) per test.
+BARE_FORK_LOOP = """
+import io, marshal, os, sys
+jobs = marshal.load(sys.stdin.buffer)
+streams = (io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8"),
+           io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8"))
+results = []
+for program, inputs in jobs:
+    code = compile(program, "solution.py", "exec")
+    for x in inputs:
+        stdin, stdout = os.memfd_create("stdin"), os.memfd_create("stdout")
+        os.write(stdin, x.encode())
+        os.lseek(stdin, 0, os.SEEK_SET)
+        pid = os.fork()
+        if pid == 0:
+            os.dup2(stdin, 0)
+            os.dup2(stdout, 1)
+            sys.stdin, sys.stdout = streams
+            exec(code, {"__name__": "__main__"})
+            sys.stdout.flush()
+            os._exit(0)
+        status = os.waitpid(pid, 0)[1]
+        results.append((status, os.pread(stdout, os.fstat(stdout).st_size, 0).decode()))
+        os.close(stdin)
+        os.close(stdout)
+marshal.dump(results, sys.stdout.buffer)
+"""
+
+
+# Makes the bare loop's process hold the same modules as the sandbox runner (it imports that file).
+RUNNER_MODULES = f"import sys\nsys.path.insert(0, {ROOT!r})\nimport cobalt_min.sandbox_runner\n"
+
+
+def bare_fork_batch(jobs, workers, preamble=""):
+    """Judge jobs with `workers` bare fork loops side by side; (verdicts per job, seconds)."""
+    procs = [subprocess.Popen([sys.executable, "-I", "-S", "-c", preamble + BARE_FORK_LOOP], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE) for _ in range(workers)]
+    time.sleep(0.5)  # interpreter start-up is not part of the per-test cost
+    start = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        outs = list(pool.map(lambda w: procs[w].communicate(marshal.dumps(
+            [(p, t["inputs"]) for p, t in jobs[w::workers]]))[0], range(workers)))
+    seconds = time.perf_counter() - start
+    flat = {w: iter(marshal.loads(out)) for w, out in enumerate(outs)}
+    verdicts = []
+    for i, (_, tests) in enumerate(jobs):
+        runs = [next(flat[i % workers]) for _ in tests["inputs"]]
+        verdicts.append([status == 0 and stdout_matches(out, y) for (status, out), y in zip(runs, tests["outputs"])])
+    return verdicts, seconds
+
+
 def own_time_per_test(program, tests, repeat=3):
     """The program's own run time per test: exec'd in this process with redirected stdin/stdout."""
     code = compile(program, "solution.py", "exec")
@@ -133,7 +194,10 @@ def main():
             naive = list(pool.map(lambda i: naive_judge(paths[i], jobs[i][1], 4.0), range(len(jobs))))
         t_naive = time.perf_counter() - start
 
-    agree = all([r.passed for r in res] == v for res, v in zip(ours, naive))
+    bare, t_bare = bare_fork_batch(jobs, workers)
+    bare_mods, t_bare_mods = bare_fork_batch(jobs, workers, RUNNER_MODULES)
+
+    agree = all([r.passed for r in res] == v == b == c for res, v, b, c in zip(ours, naive, bare, bare_mods))
     n_pass = sum(r.passed for res in ours for r in res)
 
     # Per-test overhead, one worker: sandbox wall time per test minus the program's own time per test.
@@ -152,6 +216,10 @@ def main():
     print(f"run_batch : {n_tests / t_ours:9.1f} tests/s  ({t_ours:.2f} s)")
     print(f"naive     : {n_tests / t_naive:9.1f} tests/s  ({t_naive:.2f} s)")
     print(f"speed-up  : {ratio:9.1f}x   (target >= 10x)   {'OK' if ratio >= 10 else 'BELOW TARGET'}")
+    print("ceilings of fork-per-test (a loop that forks per test and execs the program; no sandbox at all):")
+    print(f"  nothing preloaded            : {n_tests / t_bare:7.1f} tests/s = {t_naive / t_bare:4.1f}x naive")
+    print(f"  holding the runner's modules : {n_tests / t_bare_mods:7.1f} tests/s = {t_naive / t_bare_mods:4.1f}x naive"
+          f"   (run_batch reaches {t_bare_mods / t_ours:.0%} of it)")
     print(f"verdicts  : {'identical' if agree else 'DIFFERENT'}")
     print(f"overhead  : median {median_ms:.2f} ms per test above the program's own time "
           f"(target < 2 ms)   {'OK' if median_ms < 2 else 'ABOVE TARGET'}")

@@ -43,6 +43,8 @@ import time
 import warnings
 from pathlib import Path
 
+from cobalt_min import sandbox_runner as runner
+
 RUNNER_SOURCE = (Path(__file__).parent / "sandbox_runner.py").read_text()
 STATUSES = ("passed", "wrong_answer", "runtime_error", "timeout", "memory_limit", "output_limit")
 KEEP_CHARS = 4096  # each captured stream is kept as its first and last KEEP_CHARS characters
@@ -58,9 +60,8 @@ class SandboxError(RuntimeError):
 class Limits:
     timeout_s: float = 4.0  # wall clock per test (the paper: 4 s); CPU time is capped at ceil(t) + 1
     memory_mb: int = 1024  # address space per test (the authors: 1 GiB)
-    output_bytes: int = 1 << 20  # per stream; a program printing more is killed (output_limit)
+    output_bytes: int = 1 << 20  # stdout, stderr and any file; a program writing more is killed (output_limit)
     total_timeout_s: float = 30.0  # all tests of one program (the authors' suites took ~27 s at most)
-    file_mb: int = 16  # largest file a program may write
     max_files: int = 64  # open file descriptors
     max_procs: int = 32  # processes + threads of the sandbox uid (root grader only)
     tmp_mb: int = 64  # size of the private writable /tmp (bwrap)
@@ -192,6 +193,19 @@ def judge(report: dict, expected, fn_name: str | None, float_tol=None, taco_wrap
     return verdict(ok, "passed" if ok else "wrong_answer")
 
 
+def _decode_report(body: bytes) -> dict:
+    """The runner's binary report on one test (sandbox_runner.REPORT) as a dict for judge()."""
+    k, code, flags, time_s, n_out, n_err, n_res = runner.REPORT.unpack_from(body)
+    out = runner.REPORT.size
+    if len(body) != out + n_out + n_err + n_res:
+        raise ValueError("report sizes do not add up")
+    text = [body[a:b].decode("utf-8", "replace") for a, b in
+            ((out, out + n_out), (out + n_out, out + n_out + n_err), (out + n_out + n_err, len(body)))]
+    return {"i": k, "exit": code, "timed_out": bool(flags & runner.TIMED_OUT),
+            "output_limited": bool(flags & runner.OUTPUT_LIMITED), "stdout": text[0], "stderr": text[1],
+            "result": text[2] if flags & runner.HAS_RESULT else None, "time_s": time_s}
+
+
 # ----------------------------------------------------------------------------- isolation modes
 
 
@@ -313,6 +327,7 @@ class Sandbox:
         self.limits = limits
         self.isolation = resolve_isolation(isolation)
         self._proc = None
+        self._report_fd = None  # the memfd the runner appends test reports to (see sandbox_runner)
         self._lease = _UidLease() if os.geteuid() == 0 else None
         self._tmp = None
         self.restarts = 0
@@ -343,10 +358,13 @@ class Sandbox:
             cmd = []
             env = {"PATH": "/usr/bin:/bin", "HOME": self._tmp, "TMPDIR": self._tmp, "LANG": "C.UTF-8",
                    "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+        if self._report_fd is None:
+            self._report_fd = os.memfd_create("cobalt_min-reports")
+        settings["report_fd"] = self._report_fd
         cmd += [sys.executable, "-I", "-c", RUNNER_SOURCE, json.dumps(settings)]
         self._errlog = tempfile.TemporaryFile()
         self._proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._errlog,
-                                      env=env, start_new_session=True, close_fds=True)
+                                      env=env, start_new_session=True, close_fds=True, pass_fds=(self._report_fd,))
         self._buf, self._eof = b"", False
         hello = self._recv(time.monotonic() + 30)
         if not hello or not hello.get("ready"):
@@ -390,20 +408,41 @@ class Sandbox:
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
+        if self._report_fd is not None:
+            os.close(self._report_fd)
+            self._report_fd = None
 
     def _send(self, msg):
         data = json.dumps(msg).encode()
-        self._proc.stdin.write(struct.pack("!Q", len(data)) + data)
+        self._proc.stdin.write(runner.FRAME.pack(len(data), b"J") + data)
         self._proc.stdin.flush()
 
+    def _read_reports(self, offset):
+        """The complete test reports the runner appended to the report file after `offset`, and the
+        offset after them. Raises ValueError on a malformed report."""
+        frame = runner.FRAME
+        size = os.fstat(self._report_fd).st_size
+        data = os.pread(self._report_fd, max(0, size - offset), offset)
+        reports, pos = [], 0
+        while pos + frame.size <= len(data):
+            n, kind = frame.unpack_from(data, pos)
+            if pos + frame.size + n > len(data):
+                break  # still being written
+            if kind != b"R":
+                raise ValueError(f"unexpected frame kind {kind!r} in the report file")
+            reports.append(_decode_report(data[pos + frame.size:pos + frame.size + n]))
+            pos += frame.size + n
+        return reports, offset + pos
+
     def _recv(self, deadline):
-        """Next message from the runner, or None if it died or said nothing before `deadline`."""
+        """Next message from the runner (a dict), or None if it died or said nothing before `deadline`."""
         fd = self._proc.stdout.fileno()
+        frame = runner.FRAME
         while True:
-            if len(self._buf) >= 8:
-                size = struct.unpack("!Q", self._buf[:8])[0]
-                if len(self._buf) >= 8 + size:
-                    body, self._buf = self._buf[8:8 + size], self._buf[8 + size:]
+            if len(self._buf) >= frame.size:
+                size, kind = frame.unpack_from(self._buf)
+                if len(self._buf) >= frame.size + size:
+                    body, self._buf = self._buf[frame.size:frame.size + size], self._buf[frame.size + size:]
                     try:
                         return json.loads(body)
                     except ValueError:
@@ -425,7 +464,7 @@ class Sandbox:
         lim = self.limits
         job = {"op": "run", "program": program, "inputs": inputs, "fn_name": fn_name,
                "limits": {"timeout_s": lim.timeout_s, "memory_mb": lim.memory_mb, "output_bytes": lim.output_bytes,
-                          "file_mb": lim.file_mb, "max_files": lim.max_files,
+                          "max_files": lim.max_files,
                           "max_procs": lim.max_procs if self._lease else 0}}
         k = 0
         program_deadline = time.monotonic() + lim.total_timeout_s
@@ -439,28 +478,45 @@ class Sandbox:
                     self._kill()
                     self.restarts += 1
                 self._start()
+            os.ftruncate(self._report_fd, 0)  # the runner is idle: drop the last job's reports
             try:
                 self._send(dict(job, start=k))
             except OSError:
                 self._kill()
                 continue
+            offset, progress_at = 0, time.monotonic()
             while k < len(inputs):
-                # The runner enforces timeout_s itself; the margin covers forking and reporting.
-                msg = self._recv(min(time.monotonic() + lim.timeout_s + 2.0, program_deadline + 2.0))
-                if msg is None or msg.get("i") != k:
-                    # Killed, frozen (SIGSTOP) or garbled by the program: judge the test, replace the runner.
-                    timed_out = msg is None and not self._eof
+                # Sleep until the runner says the job is done, waking to check progress: it enforces
+                # timeout_s on each test itself, so no new report for timeout_s + 2 s means it froze.
+                msg = self._recv(min(progress_at + lim.timeout_s + 2.0, program_deadline + 2.0))
+                try:
+                    reports, offset = self._read_reports(offset)
+                except (ValueError, struct.error):
+                    reports, msg, self._eof = [], None, True  # garbled: treat the runner as lost
+                for report in reports:
+                    if report["i"] != k:
+                        reports, msg, self._eof = [], None, True
+                        break
+                    yield k, report
+                    k += 1
+                    progress_at = time.monotonic()
+                if msg == {"done": True} and k == len(inputs):
+                    break
+                if msg is None and not self._eof and reports:
+                    continue  # slow but alive
+                if k < len(inputs):
+                    # Killed, frozen (SIGSTOP) or garbled by the program, or out of total time: judge
+                    # test k (the first one not reported), replace the runner, go on with k + 1.
+                    frozen = msg is None and not self._eof
+                    detail = ("the program's total time limit was reached" if time.monotonic() >= program_deadline
+                              else "the sandbox stopped answering" if frozen else "the program killed its sandbox")
                     self._kill()
                     self.restarts += 1
-                    yield k, TestResult(False, "timeout" if timed_out else "runtime_error", detail=(
-                        "the sandbox stopped answering" if timed_out else "the program killed its sandbox"))
+                    yield k, TestResult(False, "timeout" if frozen else "runtime_error", detail=detail)
                     k += 1
                     break
-                yield k, msg
-                k += 1
-            else:
-                if self._recv(time.monotonic() + 5) != {"done": True}:
-                    self._kill()
+                self._kill()  # every test reported, but the runner did not finish the job cleanly
+                break
 
     def run(self, program: str, tests: dict, float_tol: float | None = None) -> list[TestResult]:
         """Judge `program` on every test of `tests` (TACO input_output dict), in order."""

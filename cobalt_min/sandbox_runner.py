@@ -1,15 +1,28 @@
 """The process that lives INSIDE the sandbox and runs untrusted programs (standard library only).
 
 sandbox.py starts this file as `python -I -c <this source> <settings json>`, inside bubblewrap or as a
-plain subprocess, and talks to it over stdin/stdout with length-prefixed JSON messages:
+plain subprocess, and talks to it in frames (FRAME: length, kind; then the body):
 
-    grader -> runner   {"op": "run", "program": str, "inputs": [...], "fn_name": str | None, "limits": {...}}
-    runner -> grader   one {"i": k, "exit": int, "stdout": str, ...} per test, then {"done": true}
+    grader -> runner (stdin)     J {"op": "run", "program": str, "inputs": [...], "start": k, "limits": {...}}
+    runner -> report file        one R frame per test (REPORT header, then the stdout, stderr and
+                                 result bytes), appended from offset 0 for each job
+    runner -> grader (stdout)    J {"done": true} once the job's tests are all reported
+
+J bodies are JSON. The report file is a memfd the grader made and passed in (settings["report_fd"]):
+writing to it wakes nobody, so the grader wakes once per job instead of once per test, and if the
+runner dies mid-job, every test it finished is still there to read. Reports are binary because they
+are the runner's hot path: every page the runner writes between two forks is copied (copy-on-write),
+and json.dumps writes many.
 
 Why one long-lived process instead of `python3 program.py` per test: starting an interpreter costs
 ~10-20 ms, far more than a typical test. The runner starts Python once and forks a fresh copy of
 itself per test, so every test still begins from untouched interpreter state (the fork is a copy),
-with its own rlimits, its own wall clock and its own capture pipes.
+with its own rlimits, its own wall clock and its own stdin/stdout/stderr files (memfds).
+
+Speed (see bench/RESULTS.md): a fork costs little, but every memory page that the child or the runner
+writes afterwards is copied, ~2 us each on a small VM. So everything a test child needs that does
+not depend on the test is built once per job (child_plan), the child does as little as it can
+before running the program, and the runner writes little between two forks.
 
 What this process never holds: the expected outputs. They stay in the grader, which compares.
 A program can kill this runner (it shares its uid), and the grader then restarts it; it cannot
@@ -43,20 +56,29 @@ _libc = ctypes.CDLL(None, use_errno=True)
 KEEP_FDS = []  # descriptors a test child keeps (import folders in process mode)
 
 
-def send(msg):
-    data = json.dumps(msg).encode()
-    os.write(1, struct.pack("!Q", len(data)))
-    view = memoryview(data)
+FRAME = struct.Struct("!Qc")  # body length, kind: b"J" (JSON) or b"R" (test report)
+# A test report: test index, exit code (negative: killed by that signal), flags, wall seconds, and the
+# sizes of the stdout, stderr and result bytes that follow (each cut at the output cap).
+REPORT = struct.Struct("!IiBd3I")
+TIMED_OUT, OUTPUT_LIMITED, HAS_RESULT = 1, 2, 4
+
+
+def write_frame(fd, kind, body):
+    view = memoryview(FRAME.pack(len(body), kind) + body)
     while view:
-        view = view[os.write(1, view):]
+        view = view[os.write(fd, view):]
+
+
+def send(msg):
+    write_frame(1, b"J", json.dumps(msg).encode())
 
 
 def recv():
-    header = read_exact(8)
+    header = read_exact(FRAME.size)
     if header is None:
         return None
-    body = read_exact(struct.unpack("!Q", header)[0])
-    return json.loads(body)
+    size, kind = FRAME.unpack(header)
+    return json.loads(read_exact(size))
 
 
 def read_exact(n):
@@ -124,16 +146,10 @@ def kill_leftovers(settings, child_pid):
     alone, i.e. inside our own pid namespace (bwrap) or under a uid reserved for this sandbox.
     Otherwise (process mode as a normal user) only the test's process group can be killed.
     """
-    if settings["kill_all"]:
-        try:
-            os.kill(-1, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    elif child_pid is not None:
-        try:
-            os.killpg(child_pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+    # libc's kill, not os.kill: "nobody left" is the usual answer, and an exception per test costs.
+    target = -1 if settings["kill_all"] else -child_pid if child_pid is not None else None
+    if target is None or _libc.kill(target, signal.SIGKILL) != 0:
+        return  # nothing was left to kill (ESRCH), or nothing we may kill (EPERM)
     while True:  # reap what was killed (we are their subreaper), so no zombie outlives the test
         try:
             if os.waitpid(-1, os.WNOHANG)[0] == 0:
@@ -162,42 +178,50 @@ def clean_dir(path):
 
 def fresh_streams():
     """New sys.stdin/stdout/stderr objects on fds 0/1/2, configured as CPython configures them for
-    pipes. Made in the runner BEFORE fork (cheap there; building them in the child costs copy-on-write
-    page faults), used only by the child, which first points fds 0/1/2 at its own stdin and pipes."""
+    non-terminals. Made ONCE in the runner and never used there: each test child gets its own untouched
+    copy through the fork (building them in the child would cost copy-on-write page faults)."""
     return (io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8"),
             io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8"),
             io.TextIOWrapper(io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding="utf-8",
                              errors="backslashreplace", line_buffering=True))
 
 
-def run_child(code, compile_error, fn_name, args, stdin_fd, out_w, err_w, res_w, limits, workdir, streams,
-              die_with_runner):
+def child_plan(settings, job, streams):
+    """Everything a test child of this job needs that does not depend on the test, prepared ONCE in
+    the runner (a child that builds objects or calls helpers pays for it in copy-on-write faults)."""
+    limits = job["limits"]
+    cpu, mem = int(limits["timeout_s"]) + 1, limits["memory_mb"] << 20
+    # stdout and stderr are files: the kernel stops them (and any file the program writes) at the cap.
+    rlimits = [(resource.RLIMIT_CPU, (cpu, cpu + 1)), (resource.RLIMIT_AS, (mem, mem)),
+               (resource.RLIMIT_STACK, (mem, mem)), (resource.RLIMIT_FSIZE, (limits["output_bytes"] + 1,) * 2)]
+    first = 3 if job.get("fn_name") is None else 4  # fds 0-2 (and 3, the result, for call-based tests)
+    keep = sorted(fd for fd in KEEP_FDS if fd >= first)
+    close_ranges = list(zip([first] + [fd + 1 for fd in keep], keep + [1 << 16]))
+    main = types.ModuleType("__main__")
+    main.__dict__.update({"__builtins__": builtins, "__file__": PROGRAM_NAME})
+    return rlimits, close_ranges, main, streams, [PROGRAM_NAME], not settings["kill_all"]
+
+
+def run_child(code, compile_error, fn_name, args, fds, plan):
     """In the forked child: wire fds, apply limits, run the program like `python solution.py`, exit.
 
-    Signal dispositions need no change: the runner keeps CPython's own (SIGPIPE ignored, SIGINT ->
-    KeyboardInterrupt), which is what `python solution.py` starts with."""
+    fds: stdin, stdout, stderr and (call-based tests) result memfds, which become fds 0, 1, 2, 3.
+    Signal dispositions are the runner's: CPython's own (SIGPIPE ignored, SIGINT -> KeyboardInterrupt),
+    as for `python solution.py`, except SIGXFSZ (see main): writing past the output limit kills."""
+    rlimits, close_ranges, main, streams, argv, die_with_runner = plan
     try:
         if die_with_runner:
             os.setpgid(0, 0)  # so that killpg reaches what it starts (no kill(-1) in this mode)
-        os.dup2(stdin_fd, 0)
-        os.dup2(out_w, 1)
-        os.dup2(err_w, 2)
-        os.dup2(res_w, 3)
-        keep = sorted(fd for fd in KEEP_FDS if fd > 3)
-        for lo, hi in zip([4] + [fd + 1 for fd in keep], keep + [1 << 16]):
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+        for lo, hi in close_ranges:
             os.closerange(lo, hi)
         if die_with_runner:  # not needed where the runner's pid namespace or uid clean-up covers it
             _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        os.chdir(workdir)
-        cpu = int(limits["timeout_s"]) + 1
-        mem = limits["memory_mb"] << 20
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-        resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
-        resource.setrlimit(resource.RLIMIT_STACK, (mem, mem))
+        for which, value in rlimits:
+            resource.setrlimit(which, value)
         sys.stdin, sys.stdout, sys.stderr = sys.__stdin__, sys.__stdout__, sys.__stderr__ = streams
-        sys.argv = [PROGRAM_NAME]
-        main = types.ModuleType("__main__")
-        main.__dict__.update({"__builtins__": builtins, "__file__": PROGRAM_NAME})
+        sys.argv = argv
         sys.modules["__main__"] = main
     except BaseException:  # the harness itself failed: report it as such, distinctly
         os._exit(121)
@@ -277,122 +301,73 @@ def finish_like_python(code):
 # ----------------------------------------------------------------------------- the runner loop
 
 
-def read_available(fd, chunks, sizes, key, cap):
-    """Read what a pipe has; return False on EOF. Stops storing past `cap` bytes."""
-    try:
-        data = os.read(fd, 1 << 16)
-    except BlockingIOError:
-        return True
-    if not data:
-        return False
-    sizes[key] += len(data)
-    if sizes[key] <= cap:
-        chunks[key].append(data)
-    else:
-        room = cap - (sizes[key] - len(data))
-        if room > 0:
-            chunks[key].append(data[:room])
-    return True
-
-
 def apply_shared_limits(limits):
     """Limits that bind the runner as harmlessly as its tests: set once per job, inherited by each fork.
-    (Address space, stack and CPU time are set in each test child: the runner must not be bound.)"""
-    resource.setrlimit(resource.RLIMIT_FSIZE, (limits["file_mb"] << 20,) * 2)
+    (Address space, stack, CPU time and file size are set in each test child: the runner must not be
+    bound by them; it writes each test's stdin, which may be larger than the output cap.)"""
     resource.setrlimit(resource.RLIMIT_NOFILE, (limits["max_files"],) * 2)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     if limits["max_procs"]:
         resource.setrlimit(resource.RLIMIT_NPROC, (limits["max_procs"],) * 2)
 
 
-def run_one(settings, job, k, code, compile_error):
+def read_capped(fd, cap):
+    """(the first `cap` bytes, total size) of a memfd the test child wrote."""
+    size = os.lseek(fd, 0, os.SEEK_END)  # (cheaper than fstat: no stat object)
+    return os.pread(fd, min(size, cap), 0), size
+
+
+def run_one(settings, job, k, code, compile_error, plan):
+    """Fork one test child, wait for it (its wall clock), and append what it did to the report file.
+
+    Its stdin, stdout and stderr are memfds (in-memory files): the runner does nothing while the test
+    runs but wait for its exit (no pipes to drain), and reads what it wrote afterwards."""
     limits = job["limits"]
-    inputs = job["inputs"]
     fn_name = job.get("fn_name")
-    stdin_fd = os.memfd_create("stdin")
+    fds = [os.memfd_create("stdin"), os.memfd_create("stdout"), os.memfd_create("stderr")]
     if fn_name is None:
-        os.write(stdin_fd, inputs[k].encode("utf-8", "surrogateescape"))
-        os.lseek(stdin_fd, 0, os.SEEK_SET)
+        os.write(fds[0], job["inputs"][k].encode("utf-8", "surrogateescape"))
+        os.lseek(fds[0], 0, os.SEEK_SET)
         args = None
     else:
-        args = inputs[k]
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
-    res_r, res_w = os.pipe()
-    workdir = settings["tmp"]
+        fds.append(os.memfd_create("result"))
+        args = job["inputs"][k]
     start = time.monotonic()
-    streams = fresh_streams()
+    gc.freeze()  # objects made since the last test stay out of the child's collections (fewer page copies)
     pid = os.fork()
     if pid == 0:
-        run_child(code, compile_error, fn_name, args, stdin_fd, out_w, err_w, res_w, limits, workdir, streams,
-                  not settings["kill_all"])
-    for fd in (stdin_fd, out_w, err_w, res_w):
-        os.close(fd)
-    cap = limits["output_bytes"]
-    deadline = start + limits["timeout_s"]
-    chunks = {"out": [], "err": [], "res": []}
-    sizes = {"out": 0, "err": 0, "res": 0}
-    open_fds = {out_r: "out", err_r: "err", res_r: "res"}
-    for fd in open_fds:
-        os.set_blocking(fd, False)
+        run_child(code, compile_error, fn_name, args, fds, plan)
     pidfd = os.pidfd_open(pid)
-    poller = select.poll()
-    for fd in (*open_fds, pidfd):
-        poller.register(fd, select.POLLIN)
-    status, timed_out, over_limit, exited_at = None, False, False, None
-    while True:
-        now = time.monotonic()
-        if status is None and now >= deadline:
-            timed_out = True
-            break
-        if status is not None and (not open_fds or now >= exited_at + 0.2):
-            break  # exited; stop once its pipes are drained (or a stray writer keeps them open)
-        limit_at = deadline if status is None else exited_at + 0.2
-        for fd, _ in poller.poll(max(0.0, limit_at - now) * 1000 + 1):
-            if fd == pidfd:
-                poller.unregister(pidfd)
-                status = os.waitpid(pid, 0)[1]
-                exited_at = time.monotonic()
-                kill_leftovers(settings, pid)  # descendants holding our pipes must not keep us here
-                continue
-            key = open_fds[fd]
-            if not read_available(fd, chunks, sizes, key, cap):
-                poller.unregister(fd)
-                del open_fds[fd]
-                os.close(fd)
-            elif sizes[key] > cap:
-                over_limit = True
-        if over_limit:
-            break
-    elapsed = (exited_at or time.monotonic()) - start
-    if status is None:  # timed out or over the output cap: kill it and everything it started
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        status = os.waitpid(pid, 0)[1]
-        kill_leftovers(settings, pid)
-    for fd in open_fds:
-        os.close(fd)
+    exited = select.select([pidfd], [], [], limits["timeout_s"])[0]
+    elapsed = time.monotonic() - start
+    if not exited:  # out of time: kill it (and, below, everything it started)
+        os.kill(pid, signal.SIGKILL)
+    exit_code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
     os.close(pidfd)
-    clean_dir(workdir)
-    exit_code = os.waitstatus_to_exitcode(status)
-    return {
-        "i": k,
-        "exit": exit_code,
-        "timed_out": timed_out or exit_code == -signal.SIGXCPU,
-        "output_limited": over_limit,
-        "stdout": b"".join(chunks["out"]).decode("utf-8", "replace"),
-        "stderr": b"".join(chunks["err"]).decode("utf-8", "replace"),
-        "stdout_bytes": sizes["out"],
-        "result": b"".join(chunks["res"]).decode("utf-8", "replace") if sizes["res"] <= cap else None,
-        "time_s": elapsed,
-    }
+    kill_leftovers(settings, pid)
+    cap = limits["output_bytes"]
+    out, out_size = read_capped(fds[1], cap)
+    err, err_size = read_capped(fds[2], cap)
+    res, res_size = read_capped(fds[3], cap) if fn_name is not None else (b"", 0)
+    for fd in fds:
+        os.close(fd)
+    clean_dir(settings["tmp"])
+    flags = ((not exited or exit_code == -signal.SIGXCPU) * TIMED_OUT
+             | (max(out_size, err_size, res_size) > cap) * OUTPUT_LIMITED | (fn_name is not None) * HAS_RESULT)
+    write_frame(settings["report_fd"], b"R",
+                REPORT.pack(k, exit_code, flags, elapsed, len(out), len(err), len(res)) + out + err + res)
 
 
 def main():
     settings = json.loads(sys.argv[1])
     setup(settings)
+    os.chdir(settings["tmp"])  # every test child starts here
+    # CPython ignores SIGXFSZ; a test child must die when it writes past its file size limit. (The
+    # runner itself has no such limit.) Set here once: signal.signal in each child costs ~20 page faults.
+    signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
+    streams = fresh_streams()
+    # What a test child replaces stays referenced here, so that the child never frees (= writes) it.
+    replaced = (sys.stdin, sys.stdout, sys.stderr, sys.argv, sys.modules["__main__"])  # noqa: F841
     gc.freeze()  # objects that exist now are never scanned by a test's collector: fewer copied pages
     send({"ready": True, "pid": os.getpid(), "uid": os.getuid()})
     while True:
@@ -403,12 +378,14 @@ def main():
         try:
             code, compile_error = compile(job["program"], PROGRAM_NAME, "exec"), None
         except BaseException as e:  # SyntaxError, ValueError (null bytes), RecursionError, MemoryError
-            code, compile_error = None, e
+            code, compile_error = None, e.with_traceback(None)  # printed as python prints it: no runner frame
         linecache.cache[PROGRAM_NAME] = (len(job["program"]), None,
                                          job["program"].splitlines(True), PROGRAM_NAME)
         apply_shared_limits(job["limits"])
+        plan = child_plan(settings, job, streams)
+        os.lseek(settings["report_fd"], 0, os.SEEK_SET)  # the grader emptied the file before sending the job
         for k in range(job.get("start", 0), len(job["inputs"])):
-            send(run_one(settings, job, k, code, compile_error))
+            run_one(settings, job, k, code, compile_error, plan)
         send({"done": True})
 
 

@@ -59,6 +59,7 @@ def test_nonzero_exits_are_runtime_errors(isolation):
         assert r.status == "runtime_error" and not r.passed, (program, r)
     [r] = run_tests("print(3\n", {"inputs": ["\n"], "outputs": ["3\n"]}, isolation=isolation)
     assert "SyntaxError" in r.stderr and "solution.py" in r.stderr
+    assert r.stderr.startswith('  File "solution.py", line 1\n') and "<string>" not in r.stderr  # as python prints it
     [r] = run_tests("x = 1\nraise ValueError('boom')\n", {"inputs": ["\n"], "outputs": ["\n"]}, isolation=isolation)
     assert "ValueError: boom" in r.stderr and 'File "solution.py", line 2' in r.stderr
     assert "sandbox_runner" not in r.stderr and "<string>" not in r.stderr  # only the program's frames
@@ -87,6 +88,22 @@ def test_output_cap_kills_the_program(isolation):
     [r] = run_tests("print('x' * 5000)\n", {"inputs": [""], "outputs": [""]}, isolation=isolation,
                     output_bytes=1000)
     assert r.status == "output_limit"
+    assert r.stdout == "x" * 1000 and r.exit_code != 0  # what fits under the cap is kept; the program died
+    # Printing forever, on stdout or stderr, stops at the cap at once, not at the time limit.
+    # So does a scratch file, and ignoring SIGXFSZ only turns the kill into an error.
+    for program in ["while True:\n    print('x' * 1000)\n",
+                    "import sys\nwhile True:\n    sys.stderr.write('x' * 1000)\n",
+                    "import signal\nsignal.signal(signal.SIGXFSZ, signal.SIG_IGN)\nwhile True:\n    print('x' * 1000, flush=True)\n"]:
+        [r] = run_tests(program, {"inputs": [""], "outputs": [""]}, isolation=isolation, timeout_s=4.0,
+                        output_bytes=100_000)
+        assert r.status == "output_limit" and r.time_s < 2.0, (program, r)
+        assert 90_000 < len(r.stdout) + len(r.stderr) or "characters cut" in r.stdout + r.stderr
+    [r] = run_tests("open('big.bin', 'wb').write(b'x' * 200_000)\nprint('done')\n", {"inputs": [""], "outputs": ["done\n"]},
+                    isolation=isolation, output_bytes=100_000)
+    assert r.status == "runtime_error" and r.exit_code == -25  # SIGXFSZ
+    [r] = run_tests("open('ok.bin', 'wb').write(b'x' * 50_000)\nprint('done')\n", {"inputs": [""], "outputs": ["done\n"]},
+                    isolation=isolation, output_bytes=100_000)
+    assert r.passed
 
 
 def test_timeouts_are_per_test_and_total_is_capped(isolation):
