@@ -206,6 +206,28 @@ def test_sandbox_object_survives_many_programs(isolation):
         assert sb.restarts >= 5
 
 
+def test_a_runner_killed_mid_program_costs_exactly_that_test(isolation):
+    # Reports are appended to a file the grader reads once per job: those written before the runner
+    # died must still count, and the death must be charged to the test that caused it.
+    program = ("import os, signal\nline = input()\nif line == 'kill':\n    os.kill(os.getppid(), signal.SIGKILL)\n"
+               "print(line)\n")
+    inputs = ["a\n", "b\n", "kill\n", "c\n", "d\n"]
+    with Sandbox(Limits(timeout_s=2), isolation) as sb:
+        results = sb.run(program, {"inputs": inputs, "outputs": inputs})
+        assert [r.status for r in results] == ["passed", "passed", "runtime_error", "passed", "passed"]
+        assert "killed its sandbox" in results[2].detail and sb.restarts == 1
+
+
+def test_slow_programs_are_not_mistaken_for_a_frozen_sandbox(isolation):
+    # The grader sleeps until the job is done, waking every timeout + 2 s to check progress: a job
+    # whose tests all fit their own timeout but take longer than that in total must run to the end.
+    program = "import time\ntime.sleep(0.6)\nprint(input())\n"
+    inputs = [f"{i}\n" for i in range(6)]  # ~3.6 s in all, timeout 1 s: the grader checks after 3 s
+    with Sandbox(Limits(timeout_s=1.0), isolation) as sb:
+        results = sb.run(program, {"inputs": inputs, "outputs": inputs})
+        assert [r.status for r in results] == ["passed"] * 6 and sb.restarts == 0
+
+
 def _cli(tmp_path, program, tests_text, *extra):
     (tmp_path / "p.py").write_text(program)
     (tmp_path / "t.json").write_text(tests_text)
