@@ -71,6 +71,11 @@ def test_every_test_starts_from_fresh_state(isolation):
                "open('state.txt', 'w').write('x')\nmath.touched = True\nprint(seen)\n")
     results = run_tests(program, {"inputs": ["", "", ""], "outputs": ["[False, False]\n"] * 3}, isolation=isolation)
     assert [r.status for r in results] == ["passed"] * 3, results
+    # Common modules are already imported (free per test); none that slows every fork with a hook.
+    program = ("import sys\nprint(all(m in sys.modules for m in ('collections', 'heapq', 'math', 're', 'typing')),\n"
+               "      any(m in sys.modules for m in ('threading', 'random')))\n")
+    [r] = run_tests(program, {"inputs": [""], "outputs": ["True False\n"]}, isolation=isolation)
+    assert r.passed, r
 
 
 def test_unicode_and_large_outputs(isolation):
