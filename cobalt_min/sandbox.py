@@ -484,7 +484,7 @@ class Sandbox:
             except OSError:
                 self._kill()
                 continue
-            offset, progress_at = 0, time.monotonic()
+            offset, progress_at, done = 0, time.monotonic(), False
             while k < len(inputs):
                 # Sleep until the runner says the job is done, waking to check progress: it enforces
                 # timeout_s on each test itself, so no new report for timeout_s + 2 s means it froze.
@@ -500,7 +500,8 @@ class Sandbox:
                     yield k, report
                     k += 1
                     progress_at = time.monotonic()
-                if msg == {"done": True} and k == len(inputs):
+                done = msg == {"done": True}
+                if done and k == len(inputs):
                     break
                 if msg is None and not self._eof and reports:
                     continue  # slow but alive
@@ -515,8 +516,12 @@ class Sandbox:
                     yield k, TestResult(False, "timeout" if frozen else "runtime_error", detail=detail)
                     k += 1
                     break
-                self._kill()  # every test reported, but the runner did not finish the job cleanly
+                self._kill()  # every test reported, but the runner said something unexpected
                 break
+            if k == len(inputs) and not done and self._proc is not None:
+                # The last reports arrived while checking progress: the runner's "done" is still to come.
+                if self._recv(time.monotonic() + 5) != {"done": True}:
+                    self._kill()
 
     def run(self, program: str, tests: dict, float_tol: float | None = None) -> list[TestResult]:
         """Judge `program` on every test of `tests` (TACO input_output dict), in order."""

@@ -233,6 +233,27 @@ def test_slow_programs_are_not_mistaken_for_a_frozen_sandbox(isolation):
         assert [r.status for r in results] == ["passed"] * 6 and sb.restarts == 0
 
 
+def test_a_late_done_message_is_not_left_for_the_next_program(isolation, monkeypatch):
+    # The grader's progress check can fire after the last report was written but before the runner's
+    # "done": that "done" must be consumed then, not taken as the answer to the next program.
+    real_recv = Sandbox._recv
+    fired = []
+
+    def progress_check_first(self, deadline):
+        if not fired:
+            fired.append(True)
+            time.sleep(1.0)  # the job's tests are all reported by now, and its "done" waits in the pipe
+            return None
+        return real_recv(self, deadline)
+
+    with Sandbox(Limits(timeout_s=2), isolation) as sb:
+        assert all(r.passed for r in sb.run(READERS["input"], SUM_TESTS))  # runner started
+        monkeypatch.setattr(Sandbox, "_recv", progress_check_first)
+        assert all(r.passed for r in sb.run(READERS["input"], SUM_TESTS))
+        monkeypatch.setattr(Sandbox, "_recv", real_recv)
+        assert all(r.passed for r in sb.run(READERS["input"], SUM_TESTS)) and sb.restarts == 0
+
+
 def _cli(tmp_path, program, tests_text, *extra):
     (tmp_path / "p.py").write_text(program)
     (tmp_path / "t.json").write_text(tests_text)
