@@ -435,7 +435,8 @@ class Sandbox:
         return reports, offset + pos
 
     def _recv(self, deadline):
-        """Next message from the runner (a dict), or None if it died or said nothing before `deadline`."""
+        """Next message from the runner (a dict: JSON, or a test report sent through the pipe), or None
+        if it died or said nothing before `deadline`."""
         fd = self._proc.stdout.fileno()
         frame = runner.FRAME
         while True:
@@ -444,8 +445,8 @@ class Sandbox:
                 if len(self._buf) >= frame.size + size:
                     body, self._buf = self._buf[frame.size:frame.size + size], self._buf[frame.size + size:]
                     try:
-                        return json.loads(body)
-                    except ValueError:
+                        return json.loads(body) if kind == b"J" else _decode_report(body)
+                    except (ValueError, struct.error):
                         self._eof = True  # garbled: treat the runner as lost
                         return None
             wait = deadline - time.monotonic()
@@ -485,19 +486,20 @@ class Sandbox:
                 self._kill()
                 continue
             offset, progress_at, done = 0, time.monotonic(), False
+            pending = {}  # reports read but not yet yielded, by test index (big ones come by the pipe)
             while k < len(inputs):
                 # Sleep until the runner says the job is done, waking to check progress: it enforces
                 # timeout_s on each test itself, so no new report for timeout_s + 2 s means it froze.
                 msg = self._recv(min(progress_at + lim.timeout_s + 2.0, program_deadline + 2.0))
                 try:
-                    reports, offset = self._read_reports(offset)
+                    reports, offset = self._read_reports(offset)  # (all written before msg was sent)
                 except (ValueError, struct.error):
                     reports, msg, self._eof = [], None, True  # garbled: treat the runner as lost
-                for report in reports:
-                    if report["i"] != k:
-                        reports, msg, self._eof = [], None, True
-                        break
-                    yield k, report
+                if msg is not None and "i" in msg:  # a big report, sent through the pipe
+                    reports, msg = reports + [msg], None
+                pending.update((report["i"], report) for report in reports)
+                while k in pending:
+                    yield k, pending.pop(k)
                     k += 1
                     progress_at = time.monotonic()
                 done = msg == {"done": True}

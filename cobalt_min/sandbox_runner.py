@@ -6,13 +6,15 @@ plain subprocess, and talks to it in frames (FRAME: length, kind; then the body)
     grader -> runner (stdin)     J {"op": "run", "program": str, "inputs": [...], "start": k, "limits": {...}}
     runner -> report file        one R frame per test (REPORT header, then the stdout, stderr and
                                  result bytes), appended from offset 0 for each job
-    runner -> grader (stdout)    J {"done": true} once the job's tests are all reported
+    runner -> grader (stdout)    R frames of reports over PIPE_REPORT_BYTES instead of the file;
+                                 J {"done": true} once the job's tests are all reported
 
 J bodies are JSON. The report file is a memfd the grader made and passed in (settings["report_fd"]):
 writing to it wakes nobody, so the grader wakes once per job instead of once per test, and if the
-runner dies mid-job, every test it finished is still there to read. Reports are binary because they
-are the runner's hot path: every page the runner writes between two forks is copied (copy-on-write),
-and json.dumps writes many.
+runner dies mid-job, every test it finished is still there to read. Big reports (a program printing
+megabytes) go through the pipe, which the grader drains as they come: the file stays small. Reports
+are binary because they are the runner's hot path: every page the runner writes between two forks
+is copied (copy-on-write), and json.dumps writes many.
 
 Why one long-lived process instead of `python3 program.py` per test: starting an interpreter costs
 ~10-20 ms, far more than a typical test. The runner starts Python once and forks a fresh copy of
@@ -63,6 +65,7 @@ FRAME = struct.Struct("!Qc")  # body length, kind: b"J" (JSON) or b"R" (test rep
 # sizes of the stdout, stderr and result bytes that follow (each cut at the output cap).
 REPORT = struct.Struct("!IiBd3I")
 TIMED_OUT, OUTPUT_LIMITED, HAS_RESULT = 1, 2, 4
+PIPE_REPORT_BYTES = 1 << 16
 
 
 def write_frame(fd, kind, body):
@@ -356,8 +359,8 @@ def run_one(settings, job, k, code, compile_error, plan):
     clean_dir(settings["tmp"])
     flags = ((not exited or exit_code == -signal.SIGXCPU) * TIMED_OUT
              | (max(out_size, err_size, res_size) > cap) * OUTPUT_LIMITED | (fn_name is not None) * HAS_RESULT)
-    write_frame(settings["report_fd"], b"R",
-                REPORT.pack(k, exit_code, flags, elapsed, len(out), len(err), len(res)) + out + err + res)
+    report = REPORT.pack(k, exit_code, flags, elapsed, len(out), len(err), len(res)) + out + err + res
+    write_frame(1 if len(report) > PIPE_REPORT_BYTES else settings["report_fd"], b"R", report)
 
 
 def main():

@@ -89,6 +89,18 @@ def test_unicode_and_large_outputs(isolation):
     assert r.status == "wrong_answer"
 
 
+def test_big_and_small_reports_keep_their_order(isolation):
+    # Reports over 64 KiB travel by the pipe, the others by the report file: the grader merges them.
+    sizes = [10, 100_000, 20, 30, 200_000, 70_000, 5]
+    program = "n = int(input())\nprint('x' * n)\n"
+    results = run_tests(program, {"inputs": [f"{n}\n" for n in sizes], "outputs": ["x" * n + "\n" for n in sizes]},
+                        isolation=isolation)
+    assert [r.status for r in results] == ["passed"] * len(sizes)
+    wrong = run_tests(program, {"inputs": [f"{n}\n" for n in sizes], "outputs": ["x" * (n + 1) + "\n" for n in sizes]},
+                      isolation=isolation)
+    assert [r.status for r in wrong] == ["wrong_answer"] * len(sizes)
+
+
 def test_output_cap_kills_the_program(isolation):
     [r] = run_tests("print('x' * 5000)\n", {"inputs": [""], "outputs": [""]}, isolation=isolation,
                     output_bytes=1000)
