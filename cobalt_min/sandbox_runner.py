@@ -22,7 +22,7 @@ itself per test, so every test still begins from untouched interpreter state (th
 with its own rlimits, its own wall clock and its own stdin/stdout/stderr files (memfds).
 
 Speed (see bench/RESULTS.md): a fork costs little, but every memory page that the child or the runner
-writes afterwards is copied, ~2 us each on a small VM. So everything a test child needs that does
+writes afterwards is copied, ~1-2 us each on a small VM. So everything a test child needs that does
 not depend on the test is built once per job (child_plan), the child does as little as it can
 before running the program, and the runner writes little between two forks.
 
