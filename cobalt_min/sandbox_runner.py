@@ -65,7 +65,7 @@ FRAME = struct.Struct("!Qc")  # body length, kind: b"J" (JSON) or b"R" (test rep
 # sizes of the stdout, stderr and result bytes that follow (each cut at the output cap).
 REPORT = struct.Struct("!IiBd3I")
 TIMED_OUT, OUTPUT_LIMITED, HAS_RESULT = 1, 2, 4
-PIPE_REPORT_BYTES = 1 << 16
+PIPE_REPORT_BYTES = 1 << 16  # a report bigger than this goes through the pipe, not the report file
 
 
 def write_frame(fd, kind, body):
