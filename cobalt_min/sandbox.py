@@ -24,6 +24,7 @@ How it is built (see README "Sandbox"):
 """
 
 import argparse
+import ast
 import concurrent.futures
 import dataclasses
 import fcntl
@@ -463,7 +464,7 @@ class Sandbox:
         dict (stdout, stderr, exit, result, ...) or, for a test that cost the runner its life or hit the
         program's total time limit, a TestResult that already says so."""
         lim = self.limits
-        job = {"op": "run", "program": program, "inputs": inputs, "fn_name": fn_name,
+        job = {"op": "run", "program": program, "inputs": inputs, "fn_name": fn_name, "imports": imported_modules(program),
                "limits": {"timeout_s": lim.timeout_s, "memory_mb": lim.memory_mb, "output_bytes": lim.output_bytes,
                           "max_files": lim.max_files,
                           "max_procs": lim.max_procs if self._lease else 0}}
@@ -515,6 +516,7 @@ class Sandbox:
                               else "the sandbox stopped answering" if frozen else "the program killed its sandbox")
                     self._kill()
                     self.restarts += 1
+                    job["imports"] = []  # the rest without importing ahead: that may be what failed
                     yield k, TestResult(False, "timeout" if frozen else "runtime_error", detail=detail)
                     k += 1
                     break
@@ -532,6 +534,26 @@ class Sandbox:
         taco_wrapped = bool(tests.get("taco_wrapped_outputs"))
         return [report if isinstance(report, TestResult) else judge(report, outputs[k], fn_name, float_tol, taco_wrapped)
                 for k, report in self.reports(program, inputs, fn_name)]
+
+
+# Imported ahead by the runner only as a program imports them: printing is all they do.
+IMPORT_SIDE_EFFECTS = {"this", "antigravity", "__hello__", "__phello__"}
+
+
+def imported_modules(program: str) -> list[str]:
+    """The modules `program` imports anywhere (`import a.b`, `from a.b import c` -> a.b and a.b.c),
+    which the runner imports once for all its tests (see sandbox_runner.run_in_template)."""
+    try:
+        tree = ast.parse(program)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []
+    names = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names += [node.module] + [f"{node.module}.{alias.name}" for alias in node.names if alias.name != "*"]
+    return [name for name in dict.fromkeys(names) if name.split(".")[0] not in IMPORT_SIDE_EFFECTS]
 
 
 def check_tests(tests) -> tuple[list, list]:

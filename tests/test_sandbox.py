@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from cobalt_min.sandbox import (Limits, Sandbox, normalize_lines, pass_rate, run_batch, run_tests, stdout_matches,
-                                value_matches)
+from cobalt_min.sandbox import (Limits, Sandbox, imported_modules, normalize_lines, pass_rate, run_batch, run_tests,
+                                stdout_matches, value_matches)
 
 SUM_TESTS = {"inputs": ["1 2\n", "10 20\n", "-5 5\n"], "outputs": ["3\n", "30\n", "0\n"]}
 
@@ -76,6 +76,31 @@ def test_every_test_starts_from_fresh_state(isolation):
                "      any(m in sys.modules for m in ('threading', 'random')))\n")
     [r] = run_tests(program, {"inputs": [""], "outputs": ["True False\n"]}, isolation=isolation)
     assert r.passed, r
+
+
+def test_modules_a_program_imports_are_imported_once_per_program(isolation):
+    # fractions is not preloaded: the runner imports it once, in a copy of itself made for this
+    # program, and every test starts from that copy, with the module loaded and untouched.
+    program = ("import sys\nloaded = 'fractions' in sys.modules\nimport fractions\n"
+               "seen = getattr(fractions, 'touched', False)\nfractions.touched = True\nprint(loaded, seen)\n")
+    results = run_tests(program, {"inputs": [""] * 3, "outputs": ["True False\n"] * 3}, isolation=isolation)
+    assert [r.status for r in results] == ["passed"] * 3, results
+    assert imported_modules("import a.b, c\nfrom d.e import f\nfrom d.e import *\nfrom . import g\n"
+                            "def h():\n    import this\n") == ["a.b", "c", "d.e", "d.e.f"]
+    # (relative imports are skipped; `this` only prints, so it is left to the program)
+    [r] = run_tests("import this\n", {"inputs": [""], "outputs": [""]}, isolation=isolation)
+    assert r.stdout.startswith("The Zen of Python")
+    # A test that leaves a process behind stops the copy (only the runner may kill every sandbox
+    # process); the runner kills it and runs the rest itself. A program that kills the copy costs
+    # that one test.
+    program = ("import fractions, os, signal, time\nline = input()\nif line == 'daemon' and os.fork() == 0:\n"
+               "    os.setsid()\n    time.sleep(100)\nif line == 'kill':\n    os.kill(os.getppid(), signal.SIGKILL)\n"
+               "print(line)\n")
+    inputs = ["a\n", "daemon\n", "b\n", "kill\n", "c\n", "daemon\n", "d\n"]
+    with Sandbox(Limits(timeout_s=2), isolation) as sb:
+        results = sb.run(program, {"inputs": inputs, "outputs": inputs})
+        assert [r.status for r in results] == ["passed"] * 3 + ["runtime_error"] + ["passed"] * 3, results
+        assert sb.restarts == 1
 
 
 def test_unicode_and_large_outputs(isolation):
