@@ -541,8 +541,8 @@ IMPORT_SIDE_EFFECTS = {"this", "antigravity", "__hello__", "__phello__"}
 
 
 def imported_modules(program: str) -> list[str]:
-    """The modules `program` imports anywhere (`import a.b`, `from a.b import c` -> a.b and a.b.c),
-    which the runner imports once for all its tests (see sandbox_runner.run_in_template)."""
+    """The modules `program` imports anywhere (`import a.b`, `from a.b import c` -> a.b), which the
+    runner imports once for all its tests when it has not loaded them (sandbox_runner.run_in_template)."""
     try:
         tree = ast.parse(program)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
@@ -552,7 +552,7 @@ def imported_modules(program: str) -> list[str]:
         if isinstance(node, ast.Import):
             names += [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            names += [node.module] + [f"{node.module}.{alias.name}" for alias in node.names if alias.name != "*"]
+            names.append(node.module)
     return [name for name in dict.fromkeys(names) if name.split(".")[0] not in IMPORT_SIDE_EFFECTS]
 
 
