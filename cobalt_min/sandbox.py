@@ -194,6 +194,15 @@ def judge(report: dict, expected, fn_name: str | None, float_tol=None, taco_wrap
     return verdict(ok, "passed" if ok else "wrong_answer")
 
 
+def _next_frame(data: bytes, pos: int):
+    """(kind, body, position after it) of the runner's frame at `pos`, or None while incomplete."""
+    if len(data) - pos < runner.FRAME.size:
+        return None
+    size, kind = runner.FRAME.unpack_from(data, pos)
+    end = pos + runner.FRAME.size + size
+    return (kind, data[pos + runner.FRAME.size:end], end) if end <= len(data) else None
+
+
 def _decode_report(body: bytes) -> dict:
     """The runner's binary report on one test (sandbox_runner.REPORT) as a dict for judge()."""
     k, code, flags, time_s, n_out, n_err, n_res = runner.REPORT.unpack_from(body)
@@ -421,35 +430,30 @@ class Sandbox:
     def _read_reports(self, offset):
         """The complete test reports the runner appended to the report file after `offset`, and the
         offset after them. Raises ValueError on a malformed report."""
-        frame = runner.FRAME
         size = os.fstat(self._report_fd).st_size
         data = os.pread(self._report_fd, max(0, size - offset), offset)
         reports, pos = [], 0
-        while pos + frame.size <= len(data):
-            n, kind = frame.unpack_from(data, pos)
-            if pos + frame.size + n > len(data):
-                break  # still being written
+        while (frame := _next_frame(data, pos)) is not None:  # an incomplete tail is still being written
+            kind, body, pos = frame
             if kind != b"R":
                 raise ValueError(f"unexpected frame kind {kind!r} in the report file")
-            reports.append(_decode_report(data[pos + frame.size:pos + frame.size + n]))
-            pos += frame.size + n
+            reports.append(_decode_report(body))
         return reports, offset + pos
 
     def _recv(self, deadline):
         """Next message from the runner (a dict: JSON, or a test report sent through the pipe), or None
         if it died or said nothing before `deadline`."""
         fd = self._proc.stdout.fileno()
-        frame = runner.FRAME
         while True:
-            if len(self._buf) >= frame.size:
-                size, kind = frame.unpack_from(self._buf)
-                if len(self._buf) >= frame.size + size:
-                    body, self._buf = self._buf[frame.size:frame.size + size], self._buf[frame.size + size:]
-                    try:
-                        return json.loads(body) if kind == b"J" else _decode_report(body)
-                    except (ValueError, struct.error):
-                        self._eof = True  # garbled: treat the runner as lost
-                        return None
+            frame = _next_frame(self._buf, 0)
+            if frame is not None:
+                kind, body, end = frame
+                self._buf = self._buf[end:]
+                try:
+                    return json.loads(body) if kind == b"J" else _decode_report(body)
+                except (ValueError, struct.error):
+                    self._eof = True  # garbled: treat the runner as lost
+                    return None
             wait = deadline - time.monotonic()
             if wait <= 0 or not select.select([fd], [], [], wait)[0]:
                 return None
@@ -464,7 +468,8 @@ class Sandbox:
         dict (stdout, stderr, exit, result, ...) or, for a test that cost the runner its life or hit the
         program's total time limit, a TestResult that already says so."""
         lim = self.limits
-        job = {"op": "run", "program": program, "inputs": inputs, "fn_name": fn_name, "imports": imported_modules(program),
+        job = {"op": "run", "program": program, "inputs": inputs, "fn_name": fn_name,
+               "imports": imported_modules(program),
                "limits": {"timeout_s": lim.timeout_s, "memory_mb": lim.memory_mb, "output_bytes": lim.output_bytes,
                           "max_files": lim.max_files,
                           "max_procs": lim.max_procs if self._lease else 0}}

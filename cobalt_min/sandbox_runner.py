@@ -144,6 +144,14 @@ def setup(settings):
         kill_leftovers(settings, None)  # a previous user of this uid may have left processes behind
 
 
+def has_children():
+    """Whether any process is left under us (reaping the ones that already exited)."""
+    while True:
+        pid = _libc.waitpid(-1, None, os.WNOHANG)
+        if pid <= 0:
+            return pid == 0  # 0: some still run; -1: none (ECHILD)
+
+
 def kill_leftovers(settings, child_pid):
     """Kill every process the last test left behind (daemons, grandchildren, detached sessions).
 
@@ -155,12 +163,7 @@ def kill_leftovers(settings, child_pid):
     target = -1 if settings["kill_all"] else -child_pid if child_pid is not None else None
     if target is None or _libc.kill(target, signal.SIGKILL) != 0:
         return  # nothing was left to kill (ESRCH), or nothing we may kill (EPERM)
-    while True:  # reap what was killed (we are their subreaper), so no zombie outlives the test
-        try:
-            if os.waitpid(-1, os.WNOHANG)[0] == 0:
-                break
-        except ChildProcessError:
-            break
+    has_children()  # reaps what was killed (we are their subreaper), so no zombie outlives the test
 
 
 def clean_dir(path):
@@ -322,12 +325,12 @@ def read_capped(fd, cap):
     return os.pread(fd, min(size, cap), 0), size
 
 
-def run_one(settings, job, k, code, compile_error, plan, kill_all=True):
+def run_one(settings, job, k, code, compile_error, plan, clean_up=True):
     """Fork one test child, wait for it (its wall clock), and append what it did to the report file.
 
     Its stdin, stdout and stderr are memfds (in-memory files): the runner does nothing while the test
     runs but wait for its exit (no pipes to drain), and reads what it wrote afterwards.
-    kill_all=False: leave the kill(-1) clean-up to the caller (see run_in_template)."""
+    clean_up=False: leave killing what the test left behind to the caller (see run_in_template)."""
     limits = job["limits"]
     fn_name = job.get("fn_name")
     fds = [os.memfd_create("stdin"), os.memfd_create("stdout"), os.memfd_create("stderr")]
@@ -350,7 +353,7 @@ def run_one(settings, job, k, code, compile_error, plan, kill_all=True):
         os.kill(pid, signal.SIGKILL)
     exit_code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
     os.close(pidfd)
-    if kill_all or not settings["kill_all"]:
+    if clean_up:
         kill_leftovers(settings, pid)
     cap = limits["output_bytes"]
     out, out_size = read_capped(fds[1], cap)
@@ -363,14 +366,6 @@ def run_one(settings, job, k, code, compile_error, plan, kill_all=True):
              | (max(out_size, err_size, res_size) > cap) * OUTPUT_LIMITED | (fn_name is not None) * HAS_RESULT)
     report = REPORT.pack(k, exit_code, flags, elapsed, len(out), len(err), len(res)) + out + err + res
     write_frame(1 if len(report) > PIPE_REPORT_BYTES else settings["report_fd"], b"R", report)
-
-
-def has_children():
-    """Whether any process is left under us (reaping the ones that already exited)."""
-    while True:
-        pid = _libc.waitpid(-1, None, os.WNOHANG)
-        if pid <= 0:
-            return pid == 0  # 0: some still run; -1: none (ECHILD)
 
 
 def run_in_template(settings, job, start, code, plan, modules):
@@ -400,7 +395,8 @@ def run_in_template(settings, job, start, code, plan, modules):
             os.dup2(grader_out, 1)  # reports over PIPE_REPORT_BYTES go there
             k = start
             while k < len(job["inputs"]):
-                run_one(settings, job, k, code, None, plan, kill_all=False)
+                # kill(-1) would kill the runner too; a process group kill (process mode) is safe here.
+                run_one(settings, job, k, code, None, plan, clean_up=not settings["kill_all"])
                 k += 1
                 if settings["kill_all"] and has_children():
                     break

@@ -135,15 +135,18 @@ def test_output_cap_kills_the_program(isolation):
     # So does a scratch file, and ignoring SIGXFSZ only turns the kill into an error.
     for program in ["while True:\n    print('x' * 1000)\n",
                     "import sys\nwhile True:\n    sys.stderr.write('x' * 1000)\n",
-                    "import signal\nsignal.signal(signal.SIGXFSZ, signal.SIG_IGN)\nwhile True:\n    print('x' * 1000, flush=True)\n"]:
+                    "import signal\nsignal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+                    "while True:\n    print('x' * 1000, flush=True)\n"]:
         [r] = run_tests(program, {"inputs": [""], "outputs": [""]}, isolation=isolation, timeout_s=4.0,
                         output_bytes=100_000)
         assert r.status == "output_limit" and r.time_s < 2.0, (program, r)
         assert 90_000 < len(r.stdout) + len(r.stderr) or "characters cut" in r.stdout + r.stderr
-    [r] = run_tests("open('big.bin', 'wb').write(b'x' * 200_000)\nprint('done')\n", {"inputs": [""], "outputs": ["done\n"]},
+    [r] = run_tests("open('big.bin', 'wb').write(b'x' * 200_000)\nprint('done')\n",
+                    {"inputs": [""], "outputs": ["done\n"]},
                     isolation=isolation, output_bytes=100_000)
     assert r.status == "runtime_error" and r.exit_code == -25  # SIGXFSZ
-    [r] = run_tests("open('ok.bin', 'wb').write(b'x' * 50_000)\nprint('done')\n", {"inputs": [""], "outputs": ["done\n"]},
+    [r] = run_tests("open('ok.bin', 'wb').write(b'x' * 50_000)\nprint('done')\n",
+                    {"inputs": [""], "outputs": ["done\n"]},
                     isolation=isolation, output_bytes=100_000)
     assert r.passed
 
