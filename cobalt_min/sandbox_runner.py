@@ -33,6 +33,7 @@ read it (the runner makes itself non-dumpable, so /proc/<runner>/{mem,fd,environ
 
 import builtins
 import ctypes
+import errno
 import fcntl
 import io
 import json
@@ -163,7 +164,11 @@ def kill_leftovers(settings, child_pid):
     target = -1 if settings["kill_all"] else -child_pid if child_pid is not None else None
     if target is None or _libc.kill(target, signal.SIGKILL) != 0:
         return  # nothing was left to kill (ESRCH), or nothing we may kill (EPERM)
-    has_children()  # reaps what was killed (we are their subreaper), so no zombie outlives the test
+    # Wait until all of it is gone, not just what has died so far: a killed process still counts
+    # against RLIMIT_NPROC until it is reaped, and after a fork bomb the next test's fork would fail.
+    # What was killed comes to us (we are the subreaper); the grader's progress check bounds the wait.
+    while _libc.waitpid(target, None, 0) > 0 or ctypes.get_errno() == errno.EINTR:
+        pass  # ends with ECHILD: nothing of that set is left under us
 
 
 def clean_dir(path):

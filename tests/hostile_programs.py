@@ -35,6 +35,11 @@ def programs(canary_dir: str, port: int, marker: str) -> dict:
         "memory_bomb": ("x = bytearray(50 * 1024 ** 3)\n", two),
         "memory_growth": ("a = []\nwhile True:\n    a.append(' ' * 10 ** 7)\n", two),
         "fork_bomb": ("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n", two),
+        # "fill": fill the process limit with busy children, then answer at once. "count": print how many
+        # other processes of the sandbox uid exist. A test must start with every process of the one
+        # before it gone, killed AND reaped (one still dying counts against the process limit).
+        "fill_process_limit": (FILL_THEN_COUNT, {"inputs": ["fill", "count", "fill", "count"],
+                                                 "outputs": ["filled\n", "0\n", "filled\n", "0\n"]}),
         "daemon_child": ("import os, time, sys\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
                          "        time.sleep(100)\n    os._exit(0)\n" + SUM, two),
         "subprocess_holding_stdout": ("import subprocess\nsubprocess.Popen(['sleep', '100'])\n" + SUM, two),
@@ -70,6 +75,28 @@ def programs(canary_dir: str, port: int, marker: str) -> dict:
         "hunt_expected": (HUNT, {"inputs": ["\n"], "outputs": [marker + "\n"]}),
     }
 
+
+FILL_THEN_COUNT = """
+import os
+if input() == 'fill':
+    while True:
+        try:
+            if os.fork() == 0:
+                while True:
+                    pass
+        except OSError:
+            break
+    print('filled')
+else:
+    others = 0
+    for p in os.listdir('/proc'):
+        if p.isdigit() and int(p) not in (os.getpid(), os.getppid()):
+            try:
+                others += os.stat('/proc/' + p).st_uid == os.getuid()
+            except OSError:
+                pass
+    print(others)
+"""
 
 # Looks for the expected output everywhere a program might: frames, objects, /proc of every process
 # (cmdline, environ, memory), and files. The marker is random and lives only in the grader's memory.

@@ -58,6 +58,12 @@ def test_programs_that_never_finish_time_out(hostile, name):
     _check_contained(run, name)
 
 
+def test_filling_the_process_limit_does_not_starve_the_next_test(hostile):
+    run, _ = hostile
+    assert _statuses(run, "fill_process_limit") == ["passed"] * 4, run["fill_process_limit"]["results"]
+    _check_contained(run, "fill_process_limit", n_tests=4)
+
+
 def test_memory_bombs(hostile):
     run, _ = hostile
     assert _statuses(run, "memory_bomb") == ["memory_limit", "memory_limit"]
