@@ -26,7 +26,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from cobalt_min.generation import find_smollm2_gguf, make_engine
-from cobalt_min.jsonl import append_jsonl, read_jsonl
+from cobalt_min.jsonl import append_jsonl, read_jsonl, write_jsonl
 from cobalt_min.problems import load_problems
 from cobalt_min.rollout import rollout
 from cobalt_min.trajectories import PROMPT_BUDGET, build_contexts
@@ -132,9 +132,7 @@ def main(argv=None):
     contexts, stats = build_contexts(records, {r["problem_id"]: r["tests"] for r in records}, split=args.split,
                                      m=args.m, count_prompt_tokens=count, budget=args.prompt_budget, seed=args.seed)
     ctx_path = out / "contexts.jsonl"
-    with open(ctx_path, "w") as f:
-        for c in contexts:
-            f.write(json.dumps(c) + "\n")
+    write_jsonl(ctx_path, contexts)
     stats.update(split=args.split, source=str(raw_path))
     (out / "stats.json").write_text(json.dumps(stats, indent=2))
     print(f"problems seen: {stats['problems']}, dropped by dynamic sampling (all first programs pass): "

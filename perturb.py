@@ -24,7 +24,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from cobalt_min.jsonl import append_jsonl, read_jsonl
+from cobalt_min.jsonl import append_jsonl, read_jsonl, write_jsonl
 
 
 def cmd_tests(args):
@@ -57,10 +57,7 @@ def cmd_augment(args):
         count = token_counter(args.tokenizer, args.thinking)
     contexts, stats = perturbed_contexts(records, problems, seed=args.seed, fraction=args.fraction, m=args.m,
                                          count_prompt_tokens=count, timeout_s=args.timeout, workers=args.workers)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    with open(args.out, "w") as f:
-        for c in contexts:
-            f.write(json.dumps(c) + "\n")
+    write_jsonl(args.out, contexts)
     print(f"{stats['problems']} problems perturbed ({stats['without_two_distinct_outputs']} without 2 distinct "
           f"outputs); {stats['contexts']} perturbed contexts (per turn: {dict(sorted(stats['contexts_per_turn'].items()))})")
     print(f"wrote {args.out}")
@@ -81,9 +78,7 @@ def cmd_analyze(args):
     per_problem = collections.Counter(c["problem_id"] for c in cases)
     n_samples = sum(len(r["samples"]) for r in records)
     summary = summarize(records, n_turns)
-    with open(run / "hacking_candidates.jsonl", "w") as f:
-        for c in cases:
-            f.write(json.dumps(c) + "\n")
+    write_jsonl(run / "hacking_candidates.jsonl", cases)
     report = {"candidates": len(cases), "per_turn": {t: per_turn.get(t, 0) for t in range(1, n_turns)},
               "problems_with_candidates": len(per_problem), "problems": len(records),
               "rate_per_problem": {pid: per_problem.get(pid, 0) / len(r["samples"]) for pid, r in

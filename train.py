@@ -183,9 +183,16 @@ def pass_rates(programs: list, tests: list, *, timeout_s: float, workers) -> lis
     return [None if p is None else pass_rate(next(results)) for p in programs]
 
 
-def latest_checkpoint(out: Path):
-    ckpts = sorted((out / "checkpoints").glob("step_*"), key=lambda p: int(p.name.split("_")[1]))
-    return ckpts[-1] if ckpts else None
+def checkpoints(out: Path) -> list[Path]:
+    """The checkpoint folders in --out, oldest first."""
+    return sorted((out / "checkpoints").glob("step_*"), key=lambda p: int(p.name.split("_")[1]))
+
+
+def batched_logprobs(model, ids, att, comp_mask, temperature, micro_batch):
+    """Token log-probs of every sequence, `micro_batch` sequences per forward (no gradient)."""
+    with torch.no_grad():
+        return torch.cat([model(ids[i:i + micro_batch], att[i:i + micro_batch], comp_mask[i:i + micro_batch],
+                                temperature) for i in range(0, ids.shape[0], micro_batch)])
 
 
 def mean(xs):
@@ -254,7 +261,7 @@ def main(argv=None):
     # ------------------------------------------------------------------ resume
     step = 0
     if args.resume:
-        ckpt = latest_checkpoint(out)
+        ckpt = (checkpoints(out) or [None])[-1]
         if ckpt is not None:
             accelerator.load_state(str(ckpt))
             step = json.loads((ckpt / "train_state.json").read_text())["step"]
@@ -326,13 +333,10 @@ def main(argv=None):
                                              device=accelerator.device)
         n_seq, mb = ids.shape[0], args.micro_batch_size
         old_logp = ref_logp = None
-        with torch.no_grad():
-            if args.mini_batches > 1:  # more than one optimizer step per batch: ratios need the sampling policy
-                old_logp = torch.cat([wrapped(ids[i:i + mb], att[i:i + mb], comp_mask[i:i + mb], args.temperature)
-                                      for i in range(0, n_seq, mb)])
-            if ref is not None:
-                ref_logp = torch.cat([ref(ids[i:i + mb], att[i:i + mb], comp_mask[i:i + mb], args.temperature)
-                                      for i in range(0, n_seq, mb)])
+        if args.mini_batches > 1:  # more than one optimizer step per batch: ratios need the sampling policy
+            old_logp = batched_logprobs(wrapped, ids, att, comp_mask, args.temperature, mb)
+        if ref is not None:
+            ref_logp = batched_logprobs(ref, ids, att, comp_mask, args.temperature, mb)
         timings["logprob_s"] = time.perf_counter() - t
 
         # ============================================================== 6. mini-batch updates
@@ -427,8 +431,7 @@ def main(argv=None):
             accelerator.save_state(str(ckpt))
             if main_proc:
                 (ckpt / "train_state.json").write_text(json.dumps({"step": step, "epoch": epoch}))
-                for old_ckpt in sorted((out / "checkpoints").glob("step_*"),
-                                       key=lambda p: int(p.name.split("_")[1]))[:-args.keep_checkpoints]:
+                for old_ckpt in checkpoints(out)[:-args.keep_checkpoints]:
                     shutil.rmtree(old_ckpt, ignore_errors=True)
             accelerator.wait_for_everyone()
     bar.close()

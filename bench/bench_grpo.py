@@ -123,13 +123,12 @@ VS_TRL = dict(prompts=2, group=4, new_tokens=128, steps=3)  # 2 prompts x 4 samp
 
 def vs_trl_contexts(path):
     """Two demo-problem opening contexts, in train.py's contexts format."""
+    from cobalt_min.jsonl import write_jsonl
     from cobalt_min.problems import load_problems
     from cobalt_min.prompts import first_turn_messages
     rows = [{"problem_id": p.id, "messages": first_turn_messages(p.question), "prev_best": 0.0, "turn": 0,
              "tests": p.all_tests()} for p in load_problems("demo", limit=VS_TRL["prompts"], verbose=False)]
-    with open(path, "w") as f:
-        for r in rows:
-            f.write(json.dumps(r) + "\n")
+    write_jsonl(path, rows)
     return rows
 
 

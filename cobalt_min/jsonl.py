@@ -1,5 +1,6 @@
 """JSONL files that survive being killed: append + flush + fsync per record, and a reader that
-repairs a half-written last line (what a killed writer leaves) instead of failing."""
+repairs a half-written last line (what a killed writer leaves) instead of failing. write_jsonl writes
+a whole file at once (outputs derived from finished work, rebuilt if lost)."""
 
 import json
 import os
@@ -29,6 +30,15 @@ def read_jsonl(path, repair: bool = False) -> list[dict]:
         with open(path, "r+b") as f:
             f.truncate(min(good_end, len(data)))
     return out
+
+
+def write_jsonl(path, records) -> None:
+    """Write a whole JSONL file (one record per line), making its folder if needed."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        for record in records:
+            f.write(json.dumps(record) + "\n")
 
 
 def append_jsonl(path, record: dict) -> None:

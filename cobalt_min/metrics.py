@@ -10,13 +10,17 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
-def solved_at(traj: dict, t: int) -> bool:
-    """Does the CURRENT program at turn t pass all hidden tests? (Not best-so-far.) A conversation that
-    stopped early keeps its last program."""
+def turn_at(traj: dict, t: int) -> dict | None:
+    """The record of the CURRENT program at turn t (not best-so-far): a conversation that stopped
+    early keeps its last program. None when the trajectory has no turn at all."""
     turns = traj["turns"]
-    if not turns:
-        return False
-    return turns[min(t, len(turns) - 1)]["hidden_pass_rate"] >= 1.0
+    return turns[min(t, len(turns) - 1)] if turns else None
+
+
+def solved_at(traj: dict, t: int) -> bool:
+    """Does the current program at turn t pass all hidden tests?"""
+    turn = turn_at(traj, t)
+    return turn is not None and turn["hidden_pass_rate"] >= 1.0
 
 
 def pass1_per_turn(problem_records: list[dict], n_turns: int) -> list[float]:
@@ -38,7 +42,7 @@ def summarize(problem_records: list[dict], n_turns: int) -> dict:
         pass_k[k] = 100 * sum(vals) / len(vals)
     mean_rate = []  # partial credit: mean pass rate over all tests of the current program
     for t in range(n_turns):
-        per_problem = [sum(tr["turns"][min(t, len(tr["turns"]) - 1)]["pass_rate"] if tr["turns"] else 0.0
+        per_problem = [sum(turn_at(tr, t)["pass_rate"] if tr["turns"] else 0.0
                            for tr in r["samples"]) / len(r["samples"]) for r in problem_records]
         mean_rate.append(100 * sum(per_problem) / len(per_problem) if per_problem else 0.0)
     return {"problems": len(problem_records), "samples": n, "turns": n_turns,

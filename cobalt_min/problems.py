@@ -24,6 +24,8 @@ import sys
 import zlib
 from pathlib import Path
 
+from cobalt_min.jsonl import write_jsonl
+
 DATA_DIR = Path(__file__).parent / "data"
 PUBLIC_TESTS = 4  # the paper: 4 public tests (feedback), the rest hidden
 
@@ -76,11 +78,7 @@ class BadRecord(ValueError):
 
 def save_problems(problems: list, path) -> None:
     """Write problems as JSONL (one Problem per line)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
-        for p in problems:
-            f.write(json.dumps(p.to_dict()) + "\n")
+    write_jsonl(path, (p.to_dict() for p in problems))
 
 
 def _check_tests(tests, what) -> dict:

@@ -69,10 +69,14 @@ TIMED_OUT, OUTPUT_LIMITED, HAS_RESULT = 1, 2, 4
 PIPE_REPORT_BYTES = 1 << 16  # a report bigger than this goes through the pipe, not the report file
 
 
-def write_frame(fd, kind, body):
-    view = memoryview(FRAME.pack(len(body), kind) + body)
+def write_all(fd, data):
+    view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
+
+
+def write_frame(fd, kind, body):
+    write_all(fd, FRAME.pack(len(body), kind) + body)
 
 
 def send(msg):
@@ -256,9 +260,7 @@ def run_child(code, compile_error, fn_name, args, fds, plan):
                 payload = json.dumps({"unserializable": f"{type(value).__name__}: {e}"}).encode()
             else:
                 payload = json.dumps({"value": payload.decode()}).encode()
-            view = memoryview(payload)
-            while view:
-                view = view[os.write(3, view):]
+            write_all(3, payload)
         exit_code = finish_like_python(0)
     except SystemExit as e:
         exit_code = finish_like_python(exit_status(e.code))
