@@ -29,6 +29,7 @@ from cobalt_min.generation import find_smollm2_gguf, make_engine
 from cobalt_min.jsonl import append_jsonl, read_jsonl, write_jsonl
 from cobalt_min.problems import load_problems
 from cobalt_min.rollout import rollout
+from cobalt_min.sandbox import require_safe_sandbox
 from cobalt_min.trajectories import PROMPT_BUDGET, build_contexts
 
 
@@ -96,6 +97,7 @@ def main(argv=None):
     if not args.process_only:
         if not model or not args.problems:
             raise SystemExit("error: --model and --problems are required (or use --process-only)")
+        require_safe_sandbox()
         if raw_path.exists() and raw_path.stat().st_size and not args.resume:
             raise SystemExit(f"error: {raw_path} exists: pass --resume to continue it, or --process-only")
         problems = load_problems(args.problems, split=args.problem_split, limit=args.limit)

@@ -29,6 +29,7 @@ from cobalt_min.jsonl import append_jsonl, read_jsonl
 from cobalt_min.metrics import format_table, plot_pass_at_1, summarize
 from cobalt_min.problems import load_problems
 from cobalt_min.rollout import rollout
+from cobalt_min.sandbox import require_safe_sandbox
 
 
 def parse_args(argv=None):
@@ -75,6 +76,7 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     print("evaluate.py", " ".join(f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items()), file=sys.stderr)
+    require_safe_sandbox()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     traj_path = out / "trajectories.jsonl"

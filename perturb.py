@@ -47,6 +47,8 @@ def cmd_tests(args):
 def cmd_augment(args):
     from cobalt_min.perturbation import perturbed_contexts
     from cobalt_min.problems import load_problems
+    from cobalt_min.sandbox import require_safe_sandbox
+    require_safe_sandbox()
     records = read_jsonl(args.trajectories)
     if not records:
         raise SystemExit(f"error: no trajectories in {args.trajectories}")

@@ -45,7 +45,7 @@ from cobalt_min.grpo import LogprobModel, group_advantages, pack_sequences, poli
 from cobalt_min.jsonl import append_jsonl, read_jsonl
 from cobalt_min.prompts import extract_code
 from cobalt_min.rewards import correctness_reward, training_reward, validation_reward
-from cobalt_min.sandbox import pass_rate, run_batch
+from cobalt_min.sandbox import pass_rate, require_safe_sandbox, run_batch
 
 
 def parse_args(argv=None):
@@ -201,6 +201,8 @@ def mean(xs):
 
 def main(argv=None):
     args = parse_args(argv)
+    if args.sanity_reward_tokens is None:
+        require_safe_sandbox()
     mixed = args.mixed_precision or os.environ.get("ACCELERATE_MIXED_PRECISION") or \
         ("bf16" if torch.cuda.is_available() else "no")
     accelerator = Accelerator(log_with=args.log_with, project_dir=args.out, mixed_precision=mixed)

@@ -10,17 +10,18 @@ arguments of `fn_name` (a top-level function, or a method of `Solution()` when t
 `class Solution`) and each output is the expected return value.
 
 How it is built (see README "Sandbox"):
-- A sandbox is ONE long-lived runner process (sandbox_runner.py) started inside bubblewrap
-  (isolation="bwrap": no network, own pid namespace, read-only view of the Python install only,
-  a size-capped private /tmp, empty environment) or as a plain subprocess (isolation="process":
-  own session, no network when root, same rlimits). When the grader runs as root, the runner drops
-  to a uid reserved for this sandbox (RLIMIT_NPROC means nothing for uid 0), so "kill every process
-  of this uid" is a complete clean-up.
+- A sandbox is ONE long-lived runner process (sandbox_runner.py), started inside bubblewrap
+  (isolation="bwrap") or, when the grader is root, in namespaces the runner makes itself
+  (isolation="process"). Either way: no network, its own pid and ipc namespaces, a file system holding
+  only the Python install and a size-capped private /tmp and /dev/shm, an empty environment, and
+  (root) a uid reserved for this sandbox, so "kill every process of this sandbox" is a complete clean-up.
+  Without root and without bubblewrap only an unsafe process mode is left: 'auto' refuses it.
 - The runner forks a fresh copy of itself per test (fresh interpreter state, per-test rlimits and
   wall clock, capped output) and reports stdout/stderr/exit status. The grader, in this process,
   compares with the expected outputs, which never enter the sandbox.
-- If a program kills or freezes its runner, the test is judged, the runner is replaced, and the
-  remaining tests go on: a hostile program costs at most its timeouts plus a small margin.
+- Whatever a program does costs its own tests only: a malformed result is a runtime error, a runner
+  it killed or froze is replaced and the remaining tests go on, and nothing it made (files, shared
+  memory, keys, processes) is left for the next test.
 """
 
 import argparse
@@ -29,9 +30,11 @@ import concurrent.futures
 import dataclasses
 import fcntl
 import json
+import marshal
 import math
 import os
 import queue
+import re
 import select
 import shutil
 import struct
@@ -46,11 +49,19 @@ from pathlib import Path
 
 from cobalt_min import sandbox_runner as runner
 
-RUNNER_SOURCE = (Path(__file__).parent / "sandbox_runner.py").read_text()
+# The runner starts from its compiled code (marshal), read from a memfd: compiling its source in each
+# runner would leave ~2 MB more of the compiler's memory in the process that every test forks from
+# (each page of it costs every fork).
+RUNNER_CODE = marshal.dumps(compile((Path(__file__).parent / "sandbox_runner.py").read_text(), "sandbox_runner.py",
+                                    "exec"))
+RUNNER_BOOT = ("import marshal, os, sys\nfd = int(sys.argv[2])\ncode = marshal.loads(os.pread(fd, 1 << 24, 0))\n"
+               "os.close(fd)\nexec(code, {'__name__': '__main__'})\n")
+_RUNNER_CODE_FD: list = []
 STATUSES = ("passed", "wrong_answer", "runtime_error", "timeout", "memory_limit", "output_limit")
 KEEP_CHARS = 4096  # each captured stream is kept as its first and last KEEP_CHARS characters
 SANDBOX_UID_BASE = int(os.environ.get("COBALT_SANDBOX_UID_BASE", "61000"))  # uids base .. base+255
-LOCK_DIR = Path(tempfile.gettempdir()) / "cobalt_min-sandbox-locks"
+# Uid leases are locked machine-wide (not under TMPDIR, which two graders may set differently).
+LOCK_DIR = Path(next((d for d in ("/run/lock", "/var/lock") if os.path.isdir(d)), "/tmp")) / "cobalt_min-sandbox"
 
 
 class SandboxError(RuntimeError):
@@ -64,7 +75,7 @@ class Limits:
     output_bytes: int = 1 << 20  # stdout, stderr and any file; a program writing more is killed (output_limit)
     total_timeout_s: float = 30.0  # all tests of one program (the authors' suites took ~27 s at most)
     max_files: int = 64  # open file descriptors
-    max_procs: int = 32  # processes + threads of the sandbox uid (root grader only)
+    max_procs: int = 64  # processes + threads of the sandbox (reserved uid, or bwrap's own user namespace)
     tmp_mb: int = 64  # size of the private writable /tmp (bwrap)
 
 
@@ -93,8 +104,9 @@ def normalize_lines(text: str) -> list[str]:
 
     Equivalent to the authors' `stdout.strip() == expected.strip()` except that leading spaces of the
     first line and trailing spaces inside lines are not significant either way; lines are compared
-    in order, one to one (never as sets, never as prefixes)."""
-    lines = [line.rstrip() for line in text.splitlines()]
+    in order, one to one (never as sets, never as prefixes). Lines end at "\n" only (as the authors'
+    comparison sees them), never at the other characters str.splitlines() takes for line breaks."""
+    lines = [line.rstrip() for line in text.split("\n")]
     while lines and not lines[-1]:
         lines.pop()
     start = 0
@@ -103,26 +115,38 @@ def normalize_lines(text: str) -> list[str]:
     return lines[start:]
 
 
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+
+
 def _tokens_close(a: str, b: str, tol: float) -> bool:
+    """Two output tokens equal within `tol`. Integers compare exactly (a tolerance is for real numbers:
+    1000000001 is not 1000000000); numbers too large for a float compare as text, never as inf."""
     if a == b:
         return True
+    if _INTEGER.fullmatch(a) and _INTEGER.fullmatch(b):
+        try:
+            return int(a) == int(b)
+        except ValueError:  # more digits than Python converts: the texts differ, so do the numbers
+            return False
     try:
         x, y = float(a), float(b)
     except ValueError:
         return False
-    return math.isclose(x, y, rel_tol=tol, abs_tol=tol)
+    return math.isfinite(x) and math.isfinite(y) and math.isclose(x, y, rel_tol=tol, abs_tol=tol)
 
 
 def stdout_matches(got: str, expected: str, float_tol: float | None = None) -> bool:
     """Line-by-line comparison of program output with the expected output (see normalize_lines).
-    With float_tol, tokens that both parse as numbers may differ by that absolute or relative amount."""
+    With float_tol, tokens (split at spaces and tabs) that both parse as real numbers may differ by that
+    absolute or relative amount."""
     got_lines, exp_lines = normalize_lines(got), normalize_lines(expected)
     if len(got_lines) != len(exp_lines):
         return False
     if float_tol is None:
         return got_lines == exp_lines
     for g, e in zip(got_lines, exp_lines):
-        g_tok, e_tok = g.split(), e.split()
+        g_tok, e_tok = g.replace("\t", " ").split(" "), e.replace("\t", " ").split(" ")
+        g_tok, e_tok = [t for t in g_tok if t], [t for t in e_tok if t]
         if len(g_tok) != len(e_tok) or not all(_tokens_close(a, b, float_tol) for a, b in zip(g_tok, e_tok)):
             return False
     return True
@@ -132,8 +156,13 @@ def _values_equal(got, expected, float_tol):
     if isinstance(got, bool) or isinstance(expected, bool):
         return type(got) is type(expected) and got == expected
     if isinstance(got, (int, float)) and isinstance(expected, (int, float)):
-        if float_tol is not None:
-            return math.isclose(got, expected, rel_tol=float_tol, abs_tol=float_tol)
+        if isinstance(got, float) and not math.isfinite(got) or isinstance(expected, float) and not math.isfinite(expected):
+            return False  # inf (a number too large for JSON's floats) or nan: never a match
+        if float_tol is not None and (isinstance(got, float) or isinstance(expected, float)):
+            try:
+                return math.isclose(got, expected, rel_tol=float_tol, abs_tol=float_tol)
+            except OverflowError:  # an integer beyond float range against a float
+                return False
         return got == expected
     if isinstance(got, list) and isinstance(expected, list):
         return len(got) == len(expected) and all(_values_equal(g, e, float_tol) for g, e in zip(got, expected))
@@ -144,11 +173,15 @@ def _values_equal(got, expected, float_tol):
 
 def value_matches(got, expected, float_tol: float | None = None, taco_wrapped: bool = False) -> bool:
     """Call-based comparison of JSON values (a returned tuple arrives as a list). With taco_wrapped
-    (TACO data only), an expected one-element list also accepts its element, as TACO's checker does."""
-    if _values_equal(got, expected, float_tol):
-        return True
-    return taco_wrapped and isinstance(expected, list) and len(expected) == 1 \
-        and _values_equal(got, expected[0], float_tol)
+    (TACO data only), an expected one-element list also accepts its element, as TACO's checker does.
+    Non-finite numbers never match; with float_tol only values involving a float are compared within it."""
+    try:
+        if _values_equal(got, expected, float_tol):
+            return True
+        return taco_wrapped and isinstance(expected, list) and len(expected) == 1 \
+            and _values_equal(got, expected[0], float_tol)
+    except RecursionError:  # nested deeper than the grader compares
+        return False
 
 
 def _keep_ends(text: str) -> str:
@@ -157,14 +190,31 @@ def _keep_ends(text: str) -> str:
     return f"{text[:KEEP_CHARS]}\n...({len(text) - 2 * KEEP_CHARS} characters cut)...\n{text[-KEEP_CHARS:]}"
 
 
+def read_result(result: str):
+    """(returned JSON text, value, problem) from a call-based test's result channel; problem is None when
+    the result is the one JSON object {"value": json text} the runner writes, else says what is wrong
+    (a program can write anything there: two results after a fork, garbage, nesting or an integer too
+    big to parse). "unserializable" results keep their message as the problem."""
+    try:
+        payload = json.loads(result)
+        if not isinstance(payload, dict):
+            return None, None, "the program's result is not the sandbox's record"
+        if "unserializable" in payload:
+            return None, None, "return value is not JSON-like: " + str(payload["unserializable"])[:500]
+        text = payload.get("value")
+        if not isinstance(text, str):
+            return None, None, "the program's result is not the sandbox's record"
+        return text, json.loads(text), None
+    except (ValueError, RecursionError, TypeError) as e:
+        return None, None, f"the program's result could not be read ({type(e).__name__})"
+
+
 def judge(report: dict, expected, fn_name: str | None, float_tol=None, taco_wrapped=False) -> TestResult:
     """Turn the runner's report on one test into a verdict, comparing with `expected` here."""
     out, err, code = report["stdout"], report["stderr"], report["exit"]
-
-    returned = None
+    returned = value = problem = None
     if fn_name is not None and report.get("result"):
-        payload = json.loads(report["result"])
-        returned = payload.get("value")
+        returned, value, problem = read_result(report["result"])
         if returned is not None and len(returned) > 2 * KEEP_CHARS:
             returned = _keep_ends(returned)
 
@@ -186,11 +236,9 @@ def judge(report: dict, expected, fn_name: str | None, float_tol=None, taco_wrap
         return verdict(ok, "passed" if ok else "wrong_answer")
     if not report.get("result"):
         return verdict(False, "runtime_error", "the function returned nothing the sandbox could read")
-    payload = json.loads(report["result"])
-    if "unserializable" in payload:
-        return verdict(False, "wrong_answer", "return value is not JSON-like: " + payload["unserializable"])
-    got = json.loads(payload["value"])
-    ok = value_matches(got, expected, float_tol, taco_wrapped)
+    if problem is not None:
+        return verdict(False, "wrong_answer" if problem.startswith("return value") else "runtime_error", problem)
+    ok = value_matches(value, expected, float_tol, taco_wrapped)
     return verdict(ok, "passed" if ok else "wrong_answer")
 
 
@@ -220,6 +268,7 @@ def _decode_report(body: bytes) -> dict:
 
 
 _BWRAP_OK: dict = {}
+_NAMESPACES_OK: dict = {}
 
 
 def bwrap_available() -> bool:
@@ -238,24 +287,61 @@ def bwrap_available() -> bool:
     return _BWRAP_OK["ok"]
 
 
+UNSAFE_ENV = "COBALT_SANDBOX_ISOLATION"  # set to "process" to allow the unsafe process mode everywhere
+
+
 def resolve_isolation(isolation: str) -> str:
-    """'auto' -> 'bwrap' when it works here, else 'process' (with a warning, once)."""
+    """'auto' -> 'bwrap' when it works here, else 'process' when it is safe here (root: own namespaces),
+    else an error saying how to get a safe mode, or how to opt in to the unsafe one for trusted code."""
     if isolation not in ("auto", "bwrap", "process"):
         raise ValueError(f"isolation must be auto, bwrap or process, not {isolation!r}")
-    if isolation == "process":
-        return "process"
-    if bwrap_available():
+    if isolation == "auto" and os.environ.get(UNSAFE_ENV):
+        isolation = os.environ[UNSAFE_ENV]
+        if isolation not in ("bwrap", "process"):
+            raise SandboxError(f"{UNSAFE_ENV} must be bwrap or process, not {isolation!r}")
+    if isolation == "bwrap" or (isolation == "auto" and bwrap_available()):
+        if not bwrap_available():
+            raise SandboxError("isolation='bwrap' was asked for but bubblewrap is missing or cannot start here: "
+                               "install it (apt-get install bubblewrap).")
         return "bwrap"
-    if isolation == "bwrap":
-        raise SandboxError("isolation='bwrap' was asked for but bubblewrap is missing or cannot start here: "
-                           "install it (apt-get install bubblewrap) or use --isolation process.")
-    if not _BWRAP_OK.get("warned"):
-        _BWRAP_OK["warned"] = True
-        warnings.warn("bubblewrap (bwrap) is not available: programs run with isolation='process' "
-                      "(rlimits and a separate session, but they see the file system"
-                      + ("" if os.geteuid() == 0 else " and run as your own user") + "). "
-                      "Install bubblewrap for real isolation.", stacklevel=3)
-    return "process"
+    if namespaces_available():
+        return "process"
+    if isolation == "process":
+        if not _BWRAP_OK.get("warned"):
+            _BWRAP_OK["warned"] = True
+            warnings.warn("isolation='process' without namespaces: programs see the machine's files"
+                          + ("" if os.geteuid() == 0 else ", run as your own user and can reach your processes")
+                          + ". Use it for trusted programs only.", stacklevel=3)
+        return "process"
+    raise SandboxError(
+        "no safe sandbox here: bubblewrap is missing or cannot start, and without root the process mode cannot "
+        "hide the machine's files from the programs (a policy in training could learn to read its tests' answers). "
+        "Install bubblewrap (apt-get install bubblewrap; in a container it needs unprivileged user namespaces or "
+        f"root), or, for trusted programs only, opt in with {UNSAFE_ENV}=process (the sandbox CLI: --isolation "
+        "process).")
+
+
+def namespaces_available() -> bool:
+    """Process mode can isolate here: the grader is root and may make namespaces and mounts (checked once
+    per process by starting a runner that does)."""
+    if "ok" not in _NAMESPACES_OK:
+        _NAMESPACES_OK["ok"] = False
+        if os.geteuid() == 0:
+            try:
+                Sandbox(Limits(), "process", _probe=True).start_and_close()
+                _NAMESPACES_OK["ok"] = True
+            except (SandboxError, OSError):
+                pass
+    return _NAMESPACES_OK["ok"]
+
+
+def require_safe_sandbox() -> str:
+    """For the scripts, before any long work: the isolation mode 'auto' resolves to here, or exit with
+    one clear message (see resolve_isolation)."""
+    try:
+        return resolve_isolation("auto")
+    except SandboxError as e:
+        raise SystemExit(f"error: {e}") from None
 
 
 def _python_paths() -> list[str]:
@@ -270,9 +356,11 @@ def _python_paths() -> list[str]:
 
 
 def _bwrap_prefix(limits: Limits) -> list[str]:
-    args = ["bwrap", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
+    # /dev: bwrap's minimal one, read-only but for a size-capped /dev/shm (cleaned after each test).
+    args = [shutil.which("bwrap") or "bwrap", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
             "--die-with-parent", "--new-session", "--clearenv",
-            "--ro-bind", "/usr", "/usr", "--proc", "/proc", "--dev", "/dev"]
+            "--ro-bind", "/usr", "/usr", "--proc", "/proc", "--dev", "/dev",
+            "--size", str(limits.tmp_mb << 20), "--perms", "1777", "--tmpfs", "/dev/shm", "--remount-ro", "/dev"]
     if os.geteuid() != 0:
         args[1:1] = ["--unshare-user"]  # unprivileged bwrap works through a user namespace
     for name in ("bin", "lib", "lib32", "lib64", "sbin"):
@@ -297,18 +385,27 @@ def _bwrap_prefix(limits: Limits) -> list[str]:
                 args += ["--perms", "0755", "--dir", parent]
         if p not in made and not p.startswith("/usr/"):
             args += ["--ro-bind", p, p]
-    args += ["--chdir", "/tmp", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/tmp",
-             "--setenv", "LANG", "C.UTF-8", "--setenv", "OPENBLAS_NUM_THREADS", "1", "--setenv", "OMP_NUM_THREADS", "1"]
+    args += ["--chdir", "/tmp"]
+    for name, value in _runner_env("/tmp").items():
+        args += ["--setenv", name, value]
     if os.geteuid() == 0:  # the runner needs these two to drop to the sandbox uid, then has none
         args += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
     return args
+
+
+def _runner_env(tmp: str) -> dict:
+    """The whole environment of the runner and its programs. MALLOC_ARENA_MAX: glibc gives each thread
+    its own 64 MiB malloc arena of address space, so an honest ThreadPoolExecutor(40) would hit the
+    address-space limit without touching the memory."""
+    return {"PATH": "/usr/bin:/bin", "HOME": tmp, "TMPDIR": tmp, "LANG": "C.UTF-8", "MALLOC_ARENA_MAX": "2",
+            "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
 
 
 class _UidLease:
     """A uid reserved for one live sandbox, across threads AND processes on this machine (flock)."""
 
     def __init__(self):
-        LOCK_DIR.mkdir(mode=0o700, exist_ok=True)
+        LOCK_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
         for uid in range(SANDBOX_UID_BASE, SANDBOX_UID_BASE + 256):
             f = open(LOCK_DIR / f"uid-{uid}.lock", "a")
             try:
@@ -333,9 +430,13 @@ class Sandbox:
 
     Use as a context manager. Not thread-safe: one Sandbox per thread (run_batch does that)."""
 
-    def __init__(self, limits: Limits = Limits(), isolation: str = "auto"):
+    def __init__(self, limits: Limits = Limits(), isolation: str = "auto", *, _probe: bool = False):
         self.limits = limits
-        self.isolation = resolve_isolation(isolation)
+        if _probe:  # namespaces_available(): try the namespaced process mode itself
+            self.isolation, self.namespaces = "process", True
+        else:
+            self.isolation = resolve_isolation(isolation)
+            self.namespaces = self.isolation == "process" and namespaces_available()
         self._proc = None
         self._report_fd = None  # the memfd the runner appends test reports to (see sandbox_runner)
         self._lease = _UidLease() if os.geteuid() == 0 else None
@@ -348,54 +449,76 @@ class Sandbox:
     def __exit__(self, *exc):
         self.close()
 
+    def start_and_close(self):
+        """Start the runner once and stop it (raises SandboxError if it cannot start)."""
+        try:
+            self._start()
+        finally:
+            self.close()
+
     def _start(self):
         uid = self._lease.uid if self._lease else None
-        settings = {"uid": uid, "pidns": self.isolation == "bwrap",
-                    "kill_all": self.isolation == "bwrap" or uid is not None,
-                    "unshare_net": self.isolation == "process" and uid is not None,
-                    "parent": os.getpid() if self.isolation == "process" else None,
-                    "reopen_paths": self.isolation == "process"}
+        own_namespaces = self.isolation == "bwrap" or self.namespaces
+        settings = {"uid": uid, "pidns": own_namespaces, "kill_all": own_namespaces or uid is not None,
+                    "namespaces": self.namespaces, "private_ipc": own_namespaces or uid is not None,
+                    "parent": os.getpid() if self.isolation == "process" else None}
+        if self._tmp is None and self.isolation == "process":
+            # namespaces: where the sandbox's root is mounted (in its own mount namespace: this folder stays
+            # empty here); otherwise the programs' scratch folder.
+            self._tmp = tempfile.mkdtemp(prefix="cobalt_min-sandbox-")
+            if uid is not None and not self.namespaces:
+                os.chown(self._tmp, uid, uid)
         if self.isolation == "bwrap":
-            settings["tmp"] = "/tmp"
-            cmd = _bwrap_prefix(self.limits)
-            env = None
+            # bwrap itself gets the clean environment too: without root its pid 1 runs as you, and a
+            # program can read /proc/1/environ.
+            settings["tmp"], cmd, env = "/tmp", _bwrap_prefix(self.limits), _runner_env("/tmp")
+        elif self.namespaces:
+            settings.update(tmp="/tmp", root=self._tmp, tmp_mb=self.limits.tmp_mb, python_paths=_python_paths())
+            cmd, env = [], _runner_env("/tmp")
         else:
-            if self._tmp is None:
-                self._tmp = tempfile.mkdtemp(prefix="cobalt_min-sandbox-")
-                if uid is not None:
-                    os.chown(self._tmp, uid, uid)
-            settings["tmp"] = self._tmp
-            cmd = []
-            env = {"PATH": "/usr/bin:/bin", "HOME": self._tmp, "TMPDIR": self._tmp, "LANG": "C.UTF-8",
-                   "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+            settings["tmp"], cmd, env = self._tmp, [], _runner_env(self._tmp)
         if self._report_fd is None:
             self._report_fd = os.memfd_create("cobalt_min-reports")
-        settings["report_fd"] = self._report_fd
-        cmd += [sys.executable, "-I", "-c", RUNNER_SOURCE, json.dumps(settings)]
+        to_runner, self._to_runner = os.pipe()
+        self._from_runner, from_runner = os.pipe()
+        settings.update(in_fd=to_runner, out_fd=from_runner, report_fd=self._report_fd)
+        if not _RUNNER_CODE_FD:
+            _RUNNER_CODE_FD.append(os.memfd_create("cobalt_min-runner"))
+            os.write(_RUNNER_CODE_FD[0], RUNNER_CODE)
+        cmd += [sys.executable, "-I", "-c", RUNNER_BOOT, json.dumps(settings), str(_RUNNER_CODE_FD[0])]
         self._errlog = tempfile.TemporaryFile()
-        self._proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._errlog,
-                                      env=env, start_new_session=True, close_fds=True, pass_fds=(self._report_fd,))
+        try:
+            self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._errlog,
+                                          env=env, start_new_session=True, close_fds=True,
+                                          pass_fds=(to_runner, from_runner, self._report_fd, _RUNNER_CODE_FD[0]))
+        finally:
+            os.close(to_runner)
+            os.close(from_runner)
         self._buf, self._eof = b"", False
         hello = self._recv(time.monotonic() + 30)
         if not hello or not hello.get("ready"):
             self._errlog.seek(0)
             detail = self._errlog.read()[-2000:].decode(errors="replace").strip()
             self._kill()
+            if uid is not None and self.isolation == "process" and not self.namespaces:
+                detail += (f" (the runner runs as uid {uid}: it must be able to read the Python install "
+                           f"{sys.base_prefix} and {sys.prefix})")
             raise SandboxError(f"the sandbox runner ({self.isolation}) did not start: {detail or 'no message'}")
 
     def _kill(self):
         if self._proc is not None:
-            self._proc.kill()  # bwrap: --die-with-parent takes the whole pid namespace down with it
+            self._proc.kill()  # bwrap / namespaces: the whole pid namespace goes down with the runner
             self._proc.wait()
-            for f in (self._proc.stdin, self._proc.stdout, self._errlog):
+            for f in (self._to_runner, self._from_runner):
                 try:
-                    f.close()
+                    os.close(f)
                 except OSError:
                     pass
+            self._errlog.close()
             self._proc = None
 
     def close(self):
-        """Stop the runner and every process of the sandbox uid; release the uid."""
+        """Stop the runner and every process of the sandbox; release the uid; delete the scratch folder."""
         if self._proc is not None and self._proc.poll() is None:
             try:
                 self._send({"op": "exit"})
@@ -403,7 +526,7 @@ class Sandbox:
             except (OSError, subprocess.TimeoutExpired):
                 pass
         self._kill()
-        if self._lease is not None and self.isolation == "process":
+        if self._lease is not None and self.isolation == "process" and not self.namespaces:
             # The runner may have died before cleaning up: one more start kills whatever is left.
             try:
                 self._start()
@@ -416,7 +539,11 @@ class Sandbox:
             self._lease.release()
             self._lease = None
         if self._tmp is not None:
-            shutil.rmtree(self._tmp, ignore_errors=True)
+            runner.empty_folder(self._tmp)  # (no recursion: a program may have nested folders very deep)
+            try:
+                os.rmdir(self._tmp)
+            except OSError:
+                pass
             self._tmp = None
         if self._report_fd is not None:
             os.close(self._report_fd)
@@ -424,8 +551,7 @@ class Sandbox:
 
     def _send(self, msg):
         data = json.dumps(msg).encode()
-        self._proc.stdin.write(runner.FRAME.pack(len(data), b"J") + data)
-        self._proc.stdin.flush()
+        runner.write_all(self._to_runner, runner.FRAME.pack(len(data), b"J") + data)
 
     def _read_reports(self, offset):
         """The complete test reports the runner appended to the report file after `offset`, and the
@@ -443,8 +569,11 @@ class Sandbox:
     def _recv(self, deadline):
         """Next message from the runner (a dict: JSON, or a test report sent through the pipe), or None
         if it died or said nothing before `deadline`."""
-        fd = self._proc.stdout.fileno()
+        fd = self._from_runner
         while True:
+            if len(self._buf) >= runner.FRAME.size and runner.FRAME.unpack_from(self._buf)[0] > self._max_frame():
+                self._eof = True  # no honest message is that big: treat the runner as lost
+                return None
             frame = _next_frame(self._buf, 0)
             if frame is not None:
                 kind, body, end = frame
@@ -463,6 +592,10 @@ class Sandbox:
                 return None
             self._buf += chunk
 
+    def _max_frame(self):
+        """The largest message the runner can honestly send: a report of three capped streams."""
+        return 3 * self.limits.output_bytes + (1 << 16)
+
     def reports(self, program: str, inputs: list, fn_name: str | None = None):
         """Run `program` on each input in order; yield (k, report) where report is the runner's raw
         dict (stdout, stderr, exit, result, ...) or, for a test that cost the runner its life or hit the
@@ -472,7 +605,9 @@ class Sandbox:
                "imports": imported_modules(program),
                "limits": {"timeout_s": lim.timeout_s, "memory_mb": lim.memory_mb, "output_bytes": lim.output_bytes,
                           "max_files": lim.max_files,
-                          "max_procs": lim.max_procs if self._lease else 0}}
+                          # RLIMIT_NPROC counts per uid and user namespace: it binds the sandbox alone under a
+                          # reserved uid or in bwrap's own user namespace (non-root), else the user's processes.
+                          "max_procs": lim.max_procs if self._lease or self.isolation == "bwrap" else 0}}
         k = 0
         program_deadline = time.monotonic() + lim.total_timeout_s
         while k < len(inputs):
@@ -537,8 +672,18 @@ class Sandbox:
         inputs, outputs = check_tests(tests)
         fn_name = tests.get("fn_name") or None
         taco_wrapped = bool(tests.get("taco_wrapped_outputs"))
-        return [report if isinstance(report, TestResult) else judge(report, outputs[k], fn_name, float_tol, taco_wrapped)
-                for k, report in self.reports(program, inputs, fn_name)]
+        results = []
+        try:
+            for k, report in self.reports(program, inputs, fn_name):
+                results.append(report if isinstance(report, TestResult)
+                               else judge(report, outputs[k], fn_name, float_tol, taco_wrapped))
+        except SandboxError:
+            raise  # the sandbox cannot run at all: not a verdict on this program
+        except Exception as e:  # noqa: BLE001 - whatever went wrong costs this program only
+            self._kill()  # the next program starts with a fresh runner
+            detail = f"the sandbox failed on this program ({type(e).__name__}: {str(e)[:300]})"
+            results += [TestResult(False, "runtime_error", detail=detail) for _ in range(len(inputs) - len(results))]
+        return results
 
 
 # Imported ahead by the runner only as a program imports them: printing is all they do.
@@ -698,7 +843,9 @@ def main(argv=None):
     parser.add_argument("--total-timeout", type=float, default=30.0, help="seconds for all tests (default 30)")
     parser.add_argument("--float-tol", type=float, default=None, help="accept numbers within this tolerance")
     parser.add_argument("--isolation", choices=["auto", "bwrap", "process"], default="auto",
-                        help="auto: bwrap when it works here, else process (default auto)")
+                        help="auto: bwrap when it works here, else process as root (own namespaces); without "
+                             "root and bubblewrap, process runs programs unisolated and must be asked for "
+                             "(default auto)")
     args = parser.parse_args(argv)
     try:
         program = Path(args.program).read_text()

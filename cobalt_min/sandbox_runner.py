@@ -1,13 +1,18 @@
 """The process that lives INSIDE the sandbox and runs untrusted programs (standard library only).
 
-sandbox.py starts this file as `python -I -c <this source> <settings json>`, inside bubblewrap or as a
-plain subprocess, and talks to it in frames (FRAME: length, kind; then the body):
+sandbox.py starts this file's compiled code (`python -I -c <boot> <settings json> <code fd>`), inside
+bubblewrap or as a subprocess that makes its own namespaces (enter_namespaces), and talks to it in
+frames (FRAME: length, kind; then the body):
 
-    grader -> runner (stdin)     J {"op": "run", "program": str, "inputs": [...], "start": k, "limits": {...}}
+    grader -> runner (in_fd)     J {"op": "run", "program": str, "inputs": [...], "start": k, "limits": {...}}
     runner -> report file        one R frame per test (REPORT header, then the stdout, stderr and
                                  result bytes), appended from offset 0 for each job
-    runner -> grader (stdout)    R frames of reports over PIPE_REPORT_BYTES instead of the file;
+    runner -> grader (out_fd)    R frames of reports over PIPE_REPORT_BYTES instead of the file;
                                  J {"done": true} once the job's tests are all reported
+
+The two pipes are passed as extra descriptors (settings["in_fd"], ["out_fd"]), never as stdin/stdout:
+bubblewrap's own pid 1 keeps descriptors 0-2 and runs as the grader's user when the grader is not
+root, so a test could reach anything held there through /proc/1/fd. It closes every other one.
 
 J bodies are JSON. The report file is a memfd the grader made and passed in (settings["report_fd"]):
 writing to it wakes nobody, so the grader wakes once per job instead of once per test, and if the
@@ -54,11 +59,11 @@ import types
 import atexit, bisect, collections, functools, gc, heapq, itertools, linecache  # noqa: E401,F401
 import math, operator, re, string, traceback, typing  # noqa: E401,F401
 
-PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 4, 36, 38
-CLONE_NEWNET = 0x40000000
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_SECCOMP, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 4, 22, 36, 38
+CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWPID, CLONE_NEWNET = 0x20000, 0x4000000, 0x8000000, 0x20000000, 0x40000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
 PROGRAM_NAME = "solution.py"
 _libc = ctypes.CDLL(None, use_errno=True)
-KEEP_FDS = []  # descriptors a test child keeps (import folders in process mode)
 
 
 FRAME = struct.Struct("!Qc")  # body length, kind: b"J" (JSON) or b"R" (test report)
@@ -79,22 +84,23 @@ def write_frame(fd, kind, body):
     write_all(fd, FRAME.pack(len(body), kind) + body)
 
 
-def send(msg):
-    write_frame(1, b"J", json.dumps(msg).encode())
+def send(settings, msg):
+    write_frame(settings["out_fd"], b"J", json.dumps(msg).encode())
 
 
-def recv():
-    header = read_exact(FRAME.size)
+def recv(settings):
+    header = read_exact(settings["in_fd"], FRAME.size)
     if header is None:
         return None
     size, kind = FRAME.unpack(header)
-    return json.loads(read_exact(size))
+    body = read_exact(settings["in_fd"], size)
+    return None if body is None else json.loads(body)
 
 
-def read_exact(n):
+def read_exact(fd, n):
     chunks, got = [], 0
     while got < n:
-        chunk = os.read(0, min(n - got, 1 << 20))
+        chunk = os.read(fd, min(n - got, 1 << 20))
         if not chunk:
             return None
         chunks.append(chunk)
@@ -102,35 +108,127 @@ def read_exact(n):
     return b"".join(chunks)
 
 
+def _check(result, what):
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _mount(source, target, fstype, flags, data=None):
+    enc = lambda x: None if x is None else x.encode()  # noqa: E731
+    _check(_libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)),
+           f"mount {target}")
+
+
+SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
+
+
+def enter_namespaces(settings):
+    """Process mode as root: the isolation bubblewrap would give, made here with the kernel's own calls.
+
+    New mount, pid, ipc, network and uts namespaces; this process forks once, and the child, pid 1
+    of the new pid namespace, becomes the runner (a test cannot signal it, and when it exits every
+    process of the namespace dies). Its root is a fresh tmpfs holding read-only binds of /usr, the
+    system library folders and the Python install only, a size-capped /tmp and /dev/shm, a minimal
+    /dev and its own /proc: no other file of the machine is visible. The parent stays outside,
+    holding nothing, and exits when the runner does (the grader watches it)."""
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != settings["parent"]:
+        os._exit(0)  # the grader is already gone
+    _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWUTS), "unshare")
+    pid = os.fork()
+    if pid != 0:
+        os.closerange(0, 1 << 16)
+        os._exit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) & 0xFF)
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    make_root(settings)
+
+
+def make_root(settings):
+    """Build the sandbox's file system on a tmpfs at settings["root"] and pivot into it (see above)."""
+    os.umask(0o022)
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing done here propagates to the machine
+    new = settings["root"]
+    _mount("tmpfs", new, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m,nr_inodes=4096")
+    ro = MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV
+
+    def bind(path, writable=False):
+        target = new + path
+        if os.path.isdir(path):
+            os.makedirs(target, exist_ok=True)
+        else:
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            open(target, "a").close()
+        _mount(path, target, None, MS_BIND | MS_REC)
+        if not writable:
+            _mount(None, target, None, ro)
+    # The writable tmpfs folders come first: a Python install under /tmp is then bound on top of it.
+    small = f"size={settings['tmp_mb']}m,nr_inodes=65536,mode=1777"
+    for path in ("/tmp", "/dev/shm"):
+        os.makedirs(new + path)
+        _mount("tmpfs", new + path, "tmpfs", MS_NOSUID | MS_NODEV, small)
+    for name in ("bin", "lib", "lib32", "lib64", "sbin", "usr"):
+        path = "/" + name
+        if os.path.islink(path):
+            os.symlink(os.readlink(path), new + path)
+        elif os.path.isdir(path):
+            bind(path)
+    for path in ["/etc/ld.so.cache", "/etc/localtime", "/etc/alternatives"] + settings["python_paths"]:
+        if os.path.exists(path) and not path.startswith("/usr/"):
+            bind(path)
+    for name in ("null", "zero", "full", "random", "urandom"):
+        bind("/dev/" + name, writable=True)
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                         ("stderr", "/proc/self/fd/2")):
+        os.symlink(target, f"{new}/dev/{name}")
+    os.mkdir(new + "/proc")
+    os.chdir(new)
+    _check(_libc.syscall(SYS_PIVOT_ROOT[os.uname().machine], b".", b"."), "pivot_root")
+    _check(_libc.umount2(b".", 2), "umount the old root")  # MNT_DETACH
+    os.chdir("/")
+    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    _mount(None, "/", None, ro)
+
+
+# seccomp: system calls that make things outliving the process fail with EPERM. The kernel keyrings
+# of a uid outlive its processes (a program could leave keys there for a later program: a cache of
+# answers between a policy's samples), and so do System V shared memory, queues and semaphores
+# (gigabytes of them). x86-64 and aarch64; elsewhere the runner removes IPC objects after each test
+# instead (remove_ipc_objects) and keyrings stay open.
+AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
+BLOCKED_SYSCALLS = {  # add_key, request_key, keyctl, shmget, semget, msgget
+    "x86_64": (248, 249, 250, 29, 64, 68), "aarch64": (217, 218, 219, 194, 190, 186)}
+
+
+def block_lasting_objects():
+    """Install the seccomp filter above (inherited by every test); False where it does not exist."""
+    machine = os.uname().machine
+    if machine not in AUDIT_ARCH:
+        return False
+    ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
+    allow, deny, kill = 0x7FFF0000, 0x00050000 | errno.EPERM, 0x80000000
+    nrs = BLOCKED_SYSCALLS[machine]
+    prog = [(ld, 0, 0, 4), (jeq, 1, 0, AUDIT_ARCH[machine]), (ret, 0, 0, kill),  # another ABI: kill
+            (ld, 0, 0, 0), (jge, len(nrs) + 1, 0, 0x40000000)]  # x32 numbers: deny
+    prog += [(jeq, len(nrs) - i, 0, nr) for i, nr in enumerate(nrs)]
+    prog += [(ret, 0, 0, allow), (ret, 0, 0, deny)]
+
+    class Filter(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint)]
+
+    class Program(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Filter))]
+    filters = (Filter * len(prog))(*[Filter(*f) for f in prog])
+    _check(_libc.prctl(PR_SET_SECCOMP, 2, ctypes.byref(Program(len(prog), filters)), 0, 0), "seccomp")
+    return True
+
+
 def setup(settings):
-    """Become the sandbox identity: no network (process mode), no root, no way back, die with the grader."""
-    if settings.get("unshare_net"):
-        if _libc.unshare(CLONE_NEWNET) != 0:
-            raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNET) failed")
+    """Become the sandbox identity: no root, no way back, die with the grader."""
     _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
     # Orphans of a test (daemons, a fork bomb's children) are re-parented to us, so we can reap them.
     _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     uid = settings.get("uid")
-    if uid is not None and settings.get("reopen_paths"):
-        # Process mode as root: the Python install may sit where the sandbox uid cannot walk (pyenv
-        # under /root, mode 700). Open each import folder now, as root, and import through
-        # /proc/self/fd/N, which reaches the folder without walking its parents.
-        moved = {}
-        for i, path in enumerate(sys.path):
-            if os.path.isdir(path):
-                first = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-                fd = fcntl.fcntl(first, fcntl.F_DUPFD, 10)  # clear of fds 0-3, which each test rewires
-                os.close(first)
-                KEEP_FDS.append(fd)
-                moved[path.rstrip("/") + "/"] = sys.path[i] = f"/proc/self/fd/{fd}/"
-        for module in list(sys.modules.values()):  # packages already imported (e.g. encodings)
-            paths = getattr(module, "__path__", None)
-            if isinstance(paths, list):
-                for j, p in enumerate(paths):
-                    for old, new in moved.items():
-                        if p.startswith(old):
-                            paths[j] = new + p[len(old):]
-        sys.path_importer_cache.clear()
     if uid is not None:
         os.setgroups([])
         os.setgid(uid)
@@ -138,14 +236,15 @@ def setup(settings):
     # After setuid (which clears both): die when the grader dies; keep /proc/<runner> closed to programs.
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
-    if settings.get("parent") is not None and os.getppid() != settings["parent"]:
+    if settings.get("parent") is not None and not settings.get("namespaces") and os.getppid() != settings["parent"]:
         os._exit(0)  # the grader is already gone
+    settings["ipc_blocked"] = block_lasting_objects()
     if settings["kill_all"]:
         # kill(-1) must only ever reach the sandbox's own processes: refuse to run if it would not.
         own_uid = uid is not None and uid != 0 and os.getuid() == uid
-        own_pidns = settings.get("pidns") and open("/proc/1/comm").read().strip() == "bwrap"
+        own_pidns = settings.get("pidns") and (os.getpid() == 1 or open("/proc/1/comm").read().strip() == "bwrap")
         if not (own_uid or own_pidns):
-            raise RuntimeError("kill_all needs a reserved non-root uid or the bwrap pid namespace")
+            raise RuntimeError("kill_all needs a reserved non-root uid or the sandbox's own pid namespace")
         kill_leftovers(settings, None)  # a previous user of this uid may have left processes behind
 
 
@@ -175,19 +274,120 @@ def kill_leftovers(settings, child_pid):
         pass  # ends with ECHILD: nothing of that set is left under us
 
 
-def clean_dir(path):
-    """Empty the writable scratch folder between tests (a program may chmod things to resist)."""
-    for name in os.listdir(path):
-        full = os.path.join(path, name)
+def empty_folder(path):
+    """Delete everything inside `path`, whatever a program did to it: modes removed (chmod 000),
+    folders nested past PATH_MAX or past Python's recursion limit. Walks with descriptors relative to
+    the folder at hand (no long paths) and a loop (no recursion); the sandbox's processes are dead."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return
+    depth, stuck = 0, set()  # stuck: folders that stay after emptying (nothing more to do there)
+    try:
+        while True:
+            child = None
+            with os.scandir(fd) as entries:
+                for entry in entries:
+                    try:
+                        if not entry.is_dir(follow_symlinks=False):
+                            os.unlink(entry.name, dir_fd=fd)
+                            continue
+                        if entry.inode() in stuck:
+                            continue
+                        try:
+                            os.rmdir(entry.name, dir_fd=fd)
+                            continue
+                        except OSError:
+                            pass
+                        os.chmod(entry.name, 0o700, dir_fd=fd)
+                        child = os.open(entry.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+                        stuck.add(entry.inode())  # taken out again if it can be removed after emptying
+                        break
+                    except OSError:
+                        continue
+            if child is not None:
+                os.close(fd)
+                fd, depth = child, depth + 1
+                continue
+            if depth == 0:
+                return
+            inode = os.fstat(fd).st_ino
+            parent = os.open("..", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd, depth = parent, depth - 1
+            stuck.discard(inode)  # emptied: the parent's next pass removes it (or marks it stuck below)
+            for entry in os.scandir(fd):
+                if entry.inode() == inode:
+                    try:
+                        os.rmdir(entry.name, dir_fd=fd)
+                    except OSError:
+                        stuck.add(inode)
+    finally:
+        os.close(fd)
+
+
+def ipc_objects_in_use():
+    """How many System V shared memory segments, message queues and semaphore sets exist (in this
+    ipc namespace): IPC_INFO-style calls, cheap enough for every test."""
+    info = ctypes.create_string_buffer(128)
+    _libc.shmctl(0, 14, info)  # SHM_INFO: struct shm_info, used_ids first
+    n = struct.unpack_from("i", info)[0]
+    _libc.msgctl(0, 12, info)  # MSG_INFO: struct msginfo, msgpool (queues in use) first
+    n += struct.unpack_from("i", info)[0]
+    _libc.semctl(0, 0, 19, info)  # SEM_INFO: struct seminfo, semusz (sets in use) 8th
+    return n + struct.unpack_from("8i", info)[7]
+
+
+def remove_ipc_objects():
+    """Remove every System V shared memory segment, message queue and semaphore set. They outlive
+    the process that made them (a test could leave gigabytes of shared memory on the machine). Only
+    called where they are all the sandbox's own: its own ipc namespace, or its reserved uid."""
+    if not ipc_objects_in_use():
+        return
+    for path, remove in (("/proc/sysvipc/shm", lambda i: _libc.shmctl(i, 0, None)),  # IPC_RMID = 0
+                         ("/proc/sysvipc/msg", lambda i: _libc.msgctl(i, 0, None)),
+                         ("/proc/sysvipc/sem", lambda i: _libc.semctl(i, 0, 0))):
         try:
-            if os.path.isdir(full) and not os.path.islink(full):
-                os.chmod(full, 0o700)
-                clean_dir(full)
-                os.rmdir(full)
-            else:
-                os.unlink(full)
+            lines = open(path).read().splitlines()[1:]
         except OSError:
-            pass
+            continue
+        for line in lines:
+            remove(int(line.split()[1]))  # columns: key, id, ...
+
+
+TMPFS_MAGIC = 0x01021994
+
+
+def folder_state(path):
+    """(inode, mode, size, on tmpfs) of a folder. A tmpfs folder's size counts its entries (20 bytes
+    each), so an unchanged state means an unchanged, still empty folder: one stat per test, no listing."""
+    st = os.stat(path)
+    buf = ctypes.create_string_buffer(256)
+    tmpfs = _libc.statfs(path.encode(), buf) == 0 and struct.unpack_from("l", buf)[0] == TMPFS_MAGIC
+    return st.st_ino, st.st_mode, st.st_size, tmpfs
+
+
+def clean_after_test(settings):
+    """Leave nothing of a test for the next one: the scratch folder and /dev/shm emptied and restored
+    (a program may chmod or remove its scratch folder), System V IPC objects removed (where seccomp does
+    not block them). settings["clean"]: [path, its state when clean] for each such folder."""
+    for entry in settings["clean"]:
+        path, clean = entry
+        try:
+            st = os.stat(path)
+        except OSError:  # removed by the program (a plain process-mode scratch folder)
+            os.mkdir(path, 0o700)
+            st = os.stat(path)
+        if clean[3] and (st.st_ino, st.st_mode, st.st_size) == clean[:3]:
+            continue  # unchanged since it was emptied
+        if st.st_mode != clean[1]:
+            os.chmod(path, clean[1] & 0o7777)
+        empty_folder(path)
+        if st.st_ino != clean[0] and path == settings["tmp"]:
+            os.chdir(path)
+        entry[1] = folder_state(path)
+    if settings["private_ipc"] and not settings["ipc_blocked"]:
+        remove_ipc_objects()
 
 
 # ----------------------------------------------------------------------------- the test child
@@ -212,11 +412,9 @@ def child_plan(settings, job, streams):
     rlimits = [(resource.RLIMIT_CPU, (cpu, cpu + 1)), (resource.RLIMIT_AS, (mem, mem)),
                (resource.RLIMIT_STACK, (mem, mem)), (resource.RLIMIT_FSIZE, (limits["output_bytes"] + 1,) * 2)]
     first = 3 if job.get("fn_name") is None else 4  # fds 0-2 (and 3, the result, for call-based tests)
-    keep = sorted(fd for fd in KEEP_FDS if fd >= first)
-    close_ranges = list(zip([first] + [fd + 1 for fd in keep], keep + [1 << 16]))
     main = types.ModuleType("__main__")
     main.__dict__.update({"__builtins__": builtins, "__file__": PROGRAM_NAME})
-    return rlimits, close_ranges, main, streams, [PROGRAM_NAME], not settings["kill_all"]
+    return rlimits, first, main, streams, [PROGRAM_NAME], not settings["kill_all"]
 
 
 def run_child(code, compile_error, fn_name, args, fds, plan):
@@ -225,14 +423,13 @@ def run_child(code, compile_error, fn_name, args, fds, plan):
     fds: stdin, stdout, stderr and (call-based tests) result memfds, which become fds 0, 1, 2, 3.
     Signal dispositions are the runner's: CPython's own (SIGPIPE ignored, SIGINT -> KeyboardInterrupt),
     as for `python solution.py`, except SIGXFSZ (see main): writing past the output limit kills."""
-    rlimits, close_ranges, main, streams, argv, die_with_runner = plan
+    rlimits, first_closed, main, streams, argv, die_with_runner = plan
     try:
         if die_with_runner:
             os.setpgid(0, 0)  # so that killpg reaches what it starts (no kill(-1) in this mode)
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
-        for lo, hi in close_ranges:
-            os.closerange(lo, hi)
+        os.closerange(first_closed, 1 << 16)  # the grader's pipes, the report file: the program gets none
         if die_with_runner:  # not needed where the runner's pid namespace or uid clean-up covers it
             _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         for which, value in rlimits:
@@ -322,6 +519,7 @@ def apply_shared_limits(limits):
     bound by them; it writes each test's stdin, which may be larger than the output cap.)"""
     resource.setrlimit(resource.RLIMIT_NOFILE, (limits["max_files"],) * 2)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_MSGQUEUE, (0, 0))  # no POSIX message queues (they outlive a test)
     if limits["max_procs"]:
         resource.setrlimit(resource.RLIMIT_NPROC, (limits["max_procs"],) * 2)
 
@@ -368,11 +566,11 @@ def run_one(settings, job, k, code, compile_error, plan, clean_up=True):
     res, res_size = read_capped(fds[3], cap) if fn_name is not None else (b"", 0)
     for fd in fds:
         os.close(fd)
-    clean_dir(settings["tmp"])
+    clean_after_test(settings)
     flags = ((not exited or exit_code == -signal.SIGXCPU) * TIMED_OUT
              | (max(out_size, err_size, res_size) > cap) * OUTPUT_LIMITED | (fn_name is not None) * HAS_RESULT)
     report = REPORT.pack(k, exit_code, flags, elapsed, len(out), len(err), len(res)) + out + err + res
-    write_frame(1 if len(report) > PIPE_REPORT_BYTES else settings["report_fd"], b"R", report)
+    write_frame(settings["out_fd"] if len(report) > PIPE_REPORT_BYTES else settings["report_fd"], b"R", report)
 
 
 def run_in_template(settings, job, start, code, plan, modules):
@@ -391,15 +589,12 @@ def run_in_template(settings, job, start, code, plan, modules):
             _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # a test's orphans come to us
             memory = job["limits"]["memory_mb"] << 20
             resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-            grader_out, null = os.dup(1), os.open(os.devnull, os.O_RDWR)
-            for fd in (0, 1, 2):  # an import must neither read nor write the grader's pipes
-                os.dup2(null, fd)
+            os.dup2(os.open(os.devnull, os.O_RDWR), 2)  # what an import prints goes nowhere
             for name in modules:
                 try:
                     __import__(name)
                 except BaseException:  # the program meets the same error when it imports it
                     pass
-            os.dup2(grader_out, 1)  # reports over PIPE_REPORT_BYTES go there
             k = start
             while k < len(job["inputs"]):
                 # kill(-1) would kill the runner too; a process group kill (process mode) is safe here.
@@ -422,8 +617,12 @@ def run_in_template(settings, job, start, code, plan, modules):
 
 def main():
     settings = json.loads(sys.argv[1])
+    if settings.get("namespaces"):
+        enter_namespaces(settings)  # from here on: pid 1 of the sandbox's own namespaces and file system
     setup(settings)
     os.chdir(settings["tmp"])  # every test child starts here
+    folders = [settings["tmp"]] + (["/dev/shm"] if settings["private_ipc"] and os.path.isdir("/dev/shm") else [])
+    settings["clean"] = [[path, folder_state(path)] for path in folders]  # see clean_after_test
     # CPython ignores SIGXFSZ; a test child must die when it writes past its file size limit. (The
     # runner itself has no such limit.) Set here once: signal.signal in each child costs ~20 page faults.
     signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
@@ -431,9 +630,9 @@ def main():
     # What a test child replaces stays referenced here, so that the child never frees (= writes) it.
     replaced = (sys.stdin, sys.stdout, sys.stderr, sys.argv, sys.modules["__main__"])  # noqa: F841
     gc.freeze()  # objects that exist now are never scanned by a test's collector: fewer copied pages
-    send({"ready": True, "pid": os.getpid(), "uid": os.getuid()})
+    send(settings, {"ready": True, "pid": os.getpid(), "uid": os.getuid()})
     while True:
-        job = recv()
+        job = recv(settings)
         if job is None or job.get("op") == "exit":
             kill_leftovers(settings, None)
             return
@@ -452,7 +651,7 @@ def main():
             start = run_in_template(settings, job, start, code, plan, missing)
         for k in range(start, len(job["inputs"])):
             run_one(settings, job, k, code, compile_error, plan)
-        send({"done": True})
+        send(settings, {"done": True})
 
 
 if __name__ == "__main__":

@@ -2,6 +2,11 @@
 namespace (`unshare --pid --fork --mount-proc`), so that a sandbox failure cannot harm the machine.
 
     unshare --pid --fork --mount-proc python tests/hostile_programs.py --isolation bwrap CANARY_DIR
+    unshare --pid --fork --mount-proc python tests/hostile_programs.py --isolation bwrap --as-user 1000 CANARY_DIR
+
+--as-user: the grader runs as that (non-root) uid, as a user without root would run it. The harness
+starts as root to make the Python install and this checkout reachable for it (in the namespace's own
+mount table only), then drops to the uid before it imports the sandbox.
 
 Prints one JSON object: {name: {"results": [...], "elapsed_s": float, ...}, "_leftover": [...]}.
 """
@@ -9,13 +14,17 @@ import argparse
 import json
 import os
 import socket
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
+from pathlib import Path
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from cobalt_min import sandbox  # noqa: E402
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+sys.path.insert(0, ROOT)
+sandbox = None  # cobalt_min.sandbox, imported once the harness has its final identity (main)
 
 TIMEOUT = 1.0  # per test, short so the whole suite stays quick
 SUM = "a, b = map(int, input().split())\nprint(a + b)\n"  # a well-behaved program, run after hostile ones
@@ -73,7 +82,143 @@ def programs(canary_dir: str, port: int, marker: str) -> dict:
         "deep_recursion": ("import sys\nsys.setrecursionlimit(10 ** 8)\ndef f(n):\n    return f(n + 1) + 1\nf(0)\n", two),
         "read_past_eof": ("input()\ninput()\n", two),
         "hunt_expected": (HUNT, {"inputs": ["\n"], "outputs": [marker + "\n"]}),
+        # A job forged into every descriptor the program can open of another process (bubblewrap's pid 1
+        # holds descriptors 0-2 and runs as the grader's user when it is not root), then a flood.
+        "forge_grader_job": (FORGE, two),
+        # Leave System V shared memory, queues, semaphores and /dev/shm files behind; write into /dev.
+        # The next test counts what is left (all must be gone) and looks for the file in /dev.
+        "leave_ipc_and_shm": (LEAVE_IPC, {"inputs": ["leave", "count"], "outputs": ["left\n", "0 0 False\n"]}),
+        # Make the scratch folder unusable (modes, removal, nesting past PATH_MAX and the recursion limit);
+        # each next test must find it empty and writable.
+        "poison_scratch": (POISON, {"inputs": [x for cmd in ("chmod000", "chmod300", "chmod500", "rmdir", "deep")
+                                               for x in (cmd, "check")],
+                                    "outputs": ["done\n", "ok 0\n"] * 5}),
+        # Keep a key in the user keyring (it outlives processes) for a later program to find.
+        "keyring_cache": (KEYRING, {"inputs": ["store", "find"], "outputs": ["stored\n", "found\n"]}),
     }
+
+
+FORGE = r"""
+import json, os, struct
+limits = {"timeout_s": 1, "memory_mb": 256, "output_bytes": 1000, "max_files": 64, "max_procs": 0}
+body = json.dumps({"op": "run", "program": "print(0)", "inputs": ["x"], "start": 0, "fn_name": None,
+                   "imports": [], "limits": limits}).encode()
+frame = struct.pack("!Qc", len(body), b"J") + body
+for pid in [p for p in os.listdir('/proc') if p.isdigit() and int(p) != os.getpid()]:
+    try:
+        names = os.listdir(f'/proc/{pid}/fd')
+    except OSError:
+        continue
+    for name in names:
+        try:
+            fd = os.open(f'/proc/{pid}/fd/{name}', os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:
+            continue
+        try:
+            os.write(fd, frame * 4)
+            os.write(fd, b'x' * 300000)
+        except OSError:
+            pass
+        os.close(fd)
+a, b = map(int, input().split())
+print(a + b)
+"""
+
+LEAVE_IPC = r"""
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+if input() == 'leave':
+    for _ in range(3):
+        i = libc.shmget(0, 64 << 20, 0o1600)
+        if i >= 0:
+            p = libc.shmat(i, None, 0)
+            if p is not None and p != ctypes.c_void_p(-1).value:
+                ctypes.memset(p, 1, 64 << 20)
+                libc.shmdt(ctypes.c_void_p(p))
+    libc.msgget(0, 0o1600)
+    libc.semget(0, 1, 0o1600)
+    for k in range(4):
+        try:
+            open(f'/dev/shm/x{k}', 'wb').write(b'x' * 500000)
+        except OSError:
+            pass
+    try:
+        open('/dev/planted', 'w').write('x')
+    except OSError:
+        pass
+    print('left')
+else:
+    n = 0
+    for kind in ('shm', 'msg', 'sem'):
+        n += len(open(f'/proc/sysvipc/{kind}').read().splitlines()) - 1
+    print(n, len(os.listdir('/dev/shm')), os.path.exists('/dev/planted'))
+"""
+
+POISON = r"""
+import os
+cmd = input().strip()
+if cmd == 'check':
+    open('probe.txt', 'w').write('x')
+    print('ok', len([n for n in os.listdir('.') if n != 'probe.txt']))
+else:
+    def attempt(f, *a):
+        try:
+            f(*a)
+        except OSError:
+            pass
+    if cmd.startswith('chmod'):
+        os.makedirs('sub/inner', exist_ok=True)
+        open('sub/inner/f', 'w').write('x')
+        mode = int(cmd[5:], 8)
+        attempt(os.chmod, 'sub/inner', 0)
+        attempt(os.chmod, 'sub', mode)
+        attempt(os.chmod, '.', mode)
+    elif cmd == 'rmdir':
+        here = os.getcwd()
+        os.chdir('/')
+        attempt(os.rmdir, here)
+    elif cmd == 'deep':
+        for _ in range(3000):
+            os.mkdir('dddddddddd')
+            os.chdir('dddddddddd')
+        open('bottom', 'w').write('x')
+    print('done')
+"""
+
+KEYRING = r"""
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+add_key, keyctl = {'x86_64': (248, 250), 'aarch64': (217, 219)}[os.uname().machine]
+USER_KEYRING, KEYCTL_SEARCH = -4, 10
+if input() == 'store':
+    r = libc.syscall(add_key, b'user', b'cobalt-cache', b'answer', 6, USER_KEYRING)
+    print('stored' if r > 0 else 'blocked')
+else:
+    r = libc.syscall(keyctl, KEYCTL_SEARCH, USER_KEYRING, b'user', b'cobalt-cache', 0)
+    print('found' if r > 0 else 'absent')
+"""
+
+# Reads the tests file of the command-line interface (its path is on the grader's command line) and the
+# bundled demo problems (their path is known).
+CLI_HUNT = r"""
+import os
+found = []
+for pid in [p for p in os.listdir('/proc') if p.isdigit()]:
+    try:
+        args = open(f'/proc/{pid}/cmdline', 'rb').read().split(b'\0')
+    except OSError:
+        continue
+    for arg in args:
+        if arg.endswith(b'.json'):
+            try:
+                found.append(open(arg.decode(), 'rb').read(100))
+            except OSError:
+                pass
+if os.path.exists(DEMO):
+    found.append(DEMO)
+print('FOUND' if found else 'not found', found[:3])
+"""
 
 
 FILL_THEN_COUNT = """
@@ -90,7 +235,7 @@ if input() == 'fill':
 else:
     others = 0
     for p in os.listdir('/proc'):
-        if p.isdigit() and int(p) not in (os.getpid(), os.getppid()):
+        if p.isdigit() and int(p) not in (1, os.getpid(), os.getppid()):  # (1: bwrap's own init)
             try:
                 others += os.stat('/proc/' + p).st_uid == os.getuid()
             except OSError:
@@ -102,8 +247,14 @@ else:
 # (cmdline, environ, memory), and files. The marker is random and lives only in the grader's memory.
 HUNT = r"""
 import gc, os, sys, re, time
-deadline = time.time() + 4  # search for 4 seconds at most, then report
 found = []
+for fd in range(3, 1024):  # any descriptor the program did not open itself (a folder it could walk up from)
+    try:
+        os.fstat(fd)
+        found.append(f'fd {fd}')
+    except OSError:
+        pass
+deadline = time.time() + 4  # search for 4 seconds at most, then report
 pat = re.compile(rb'HUNT-[0-9a-f]{32}')
 f = sys._getframe()
 while f is not None:
@@ -149,16 +300,32 @@ print('FOUND' if found else 'not found', found[:5])
 """
 
 
-def leftover_processes() -> list[str]:
-    """Processes still running under a sandbox uid (there must be none)."""
+def leftover_processes(as_user) -> list[str]:
+    """Processes still running under a sandbox uid, or with --as-user under that uid but this harness
+    (there must be none once the sandboxes are closed). Processes that are already dying (the last of a
+    sandbox that just closed) get two seconds to go."""
+    deadline = time.monotonic() + 2.0
+    while True:
+        left = running_processes(as_user)
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.05)
+
+
+def running_processes(as_user) -> list[str]:
     left = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             uid = os.stat(f"/proc/{pid}").st_uid
             cmd = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ")[:80]
+            if open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z":
+                continue  # dead, waiting for this namespace's init (this harness) to reap it
         except OSError:
             continue
-        if sandbox.SANDBOX_UID_BASE <= uid < sandbox.SANDBOX_UID_BASE + 256:
+        if as_user is not None:
+            if uid == as_user and int(pid) != os.getpid():
+                left.append(f"{pid} uid={uid} {cmd!r}")
+        elif sandbox.SANDBOX_UID_BASE <= uid < sandbox.SANDBOX_UID_BASE + 256:
             left.append(f"{pid} uid={uid} {cmd!r}")
     return left
 
@@ -173,13 +340,69 @@ def become_init_then_run():
                 os._exit(os.waitstatus_to_exitcode(status))
 
 
+def reachable_for_others(paths):
+    """In this process's own mount namespace: make every folder on the way to `paths` traversable by
+    any uid, by hiding a closed folder (e.g. /root, mode 700) behind an open tmpfs that holds only
+    the needed entries, bound back in place. Nothing changes outside the namespace."""
+    subprocess.run(["mount", "--make-rprivate", "/"], check=True)
+    for _ in range(32):
+        closed = {}
+        for path in paths:
+            parts = Path(path).parts
+            for i in range(1, len(parts)):
+                folder = Path(*parts[:i])
+                if not os.stat(folder).st_mode & 0o001:
+                    closed.setdefault(str(folder), set()).add(parts[i])
+                    break
+        if not closed:
+            return
+        folder = min(closed, key=len)
+        kept = {}
+        for name in closed[folder]:
+            kept[name] = tempfile.mkdtemp(prefix="hostile-keep-")
+            subprocess.run(["mount", "--rbind", os.path.join(folder, name), kept[name]], check=True)
+        mode = os.stat(folder).st_mode & 0o777 | 0o755
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"mode={mode:o}", "tmpfs", folder], check=True)
+        for name, where in kept.items():
+            os.mkdir(os.path.join(folder, name))
+            subprocess.run(["mount", "--move", where, os.path.join(folder, name)], check=True)
+    raise RuntimeError("could not make the Python install reachable")
+
+
+def run_cli_hunt(isolation, marker):
+    """The command-line interface on a tests file holding the marker (world-readable, as files usually
+    are), with a program that hunts it."""
+    folder = tempfile.mkdtemp(prefix="hostile-cli-")
+    os.chmod(folder, 0o755)
+    tests_path = os.path.join(folder, "tests.json")
+    Path(tests_path).write_text(json.dumps({"inputs": ["\n"], "outputs": [marker + "\n"]}))
+    program_path = os.path.join(folder, "hunt.py")
+    demo = os.path.join(os.path.abspath(ROOT), "cobalt_min", "data", "demo.jsonl")
+    Path(program_path).write_text(f"DEMO = {demo!r}\n" + CLI_HUNT)
+    proc = subprocess.run([sys.executable, "-m", "cobalt_min.sandbox", program_path, tests_path, "--timeout", "4",
+                           "--isolation", isolation], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    out = json.loads(proc.stdout)
+    return {"results": out["results"], "stderr": proc.stderr[-2000:]}
+
+
 def main():
+    global sandbox
     if os.getpid() == 1:
         become_init_then_run()
     ap = argparse.ArgumentParser()
     ap.add_argument("--isolation", required=True)
+    ap.add_argument("--as-user", type=int, default=None, help="run the grader as this non-root uid")
     ap.add_argument("canary_dir")
     args = ap.parse_args()
+    if args.as_user is not None:
+        reachable_for_others([sys.base_prefix, sys.prefix, os.path.realpath(sys.executable), os.path.abspath(ROOT),
+                              args.canary_dir])
+        os.setgroups([])
+        os.setgid(args.as_user)
+        os.setuid(args.as_user)
+        os.environ["HOME"] = os.environ["TMPDIR"] = "/tmp"
+    from cobalt_min import sandbox as imported
+    sandbox = imported
     secret = "SECRET-" + uuid.uuid4().hex
     os.environ["COBALT_TEST_SECRET"] = secret
     marker = "HUNT-" + uuid.uuid4().hex
@@ -199,19 +422,22 @@ def main():
     threading.Thread(target=accept, daemon=True).start()
     progs = programs(args.canary_dir, server.getsockname()[1], marker)
     out = {}
+    sum_tests = {"inputs": ["2 2\n"], "outputs": ["4\n"]}
     for name, (program, tests) in progs.items():
         start = time.monotonic()
-        # Each hostile job is followed by a well-behaved one in the same batch (same sandbox worker):
-        # the sandbox must still judge it correctly afterwards.
-        batch = sandbox.run_batch([(program, tests), (SUM, {"inputs": ["2 2\n"], "outputs": ["4\n"]})],
+        # Each hostile job is followed by two well-behaved ones in the same batch (same sandbox worker),
+        # one right and one wrong: the sandbox must still judge both correctly afterwards.
+        batch = sandbox.run_batch([(program, tests), (SUM, sum_tests), ("print(0)\n", sum_tests)],
                                   timeout_s=8.0 if name == "hunt_expected" else TIMEOUT, total_timeout_s=30,
                                   workers=1, isolation=args.isolation, memory_mb=256)
         out[name] = {"results": [r.to_dict() for r in batch[0]], "after": [r.to_dict() for r in batch[1]],
-                     "elapsed_s": time.monotonic() - start, "leftover": leftover_processes()}
+                     "after_wrong": [r.to_dict() for r in batch[2]],
+                     "elapsed_s": time.monotonic() - start, "leftover": leftover_processes(args.as_user)}
+    out["cli_hunt"] = run_cli_hunt(args.isolation, marker)
     stop.set()
     out["_secret"] = secret
     out["_connections"] = len(connections)
-    out["_leftover"] = leftover_processes()
+    out["_leftover"] = leftover_processes(args.as_user)
     print(json.dumps(out))
 
 

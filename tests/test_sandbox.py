@@ -5,12 +5,14 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from cobalt_min.sandbox import (Limits, Sandbox, imported_modules, normalize_lines, pass_rate, run_batch, run_tests,
                                 stdout_matches, value_matches)
 
+ROOT = str(Path(__file__).resolve().parent.parent)
 SUM_TESTS = {"inputs": ["1 2\n", "10 20\n", "-5 5\n"], "outputs": ["3\n", "30\n", "0\n"]}
 
 READERS = {
@@ -99,8 +101,11 @@ def test_modules_a_program_imports_are_imported_once_per_program(isolation):
     inputs = ["a\n", "daemon\n", "b\n", "kill\n", "c\n", "daemon\n", "d\n"]
     with Sandbox(Limits(timeout_s=2), isolation) as sb:
         results = sb.run(program, {"inputs": inputs, "outputs": inputs})
-        assert [r.status for r in results] == ["passed"] * 3 + ["runtime_error"] + ["passed"] * 3, results
-        assert sb.restarts == 1
+        if sb.namespaces:  # process mode as root: the runner is pid 1 of its namespace, which no test can kill
+            assert [r.status for r in results] == ["passed"] * 7 and sb.restarts == 0, results
+        else:
+            assert [r.status for r in results] == ["passed"] * 3 + ["runtime_error"] + ["passed"] * 3, results
+            assert sb.restarts == 1
 
 
 def test_unicode_and_large_outputs(isolation):
@@ -248,14 +253,16 @@ def test_sandbox_object_survives_many_programs(isolation):
         for i in range(5):
             assert all(r.passed for r in sb.run(READERS["input"], SUM_TESTS))
             assert not sb.run("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n", SUM_TESTS)[0].passed
-        assert sb.restarts >= 5
+        assert sb.restarts == 0 if sb.namespaces else sb.restarts >= 5  # (namespaces: the runner is unkillable)
 
 
 def test_a_runner_killed_mid_program_costs_exactly_that_test(isolation):
     # Reports are appended to a file the grader reads once per job: those written before the runner
     # died must still count, and the death must be charged to the test that caused it.
-    program = ("import os, signal\nline = input()\nif line == 'kill':\n    os.kill(os.getppid(), signal.SIGKILL)\n"
-               "print(line)\n")
+    # (fractions is not preloaded: the tests run in a copy of the runner made for this program, which a
+    # test can kill in every mode; the runner itself is pid 1 of its namespace in process mode as root.)
+    program = ("import fractions, os, signal\nline = input()\nif line == 'kill':\n"
+               "    os.kill(os.getppid(), signal.SIGKILL)\nprint(line)\n")
     inputs = ["a\n", "b\n", "kill\n", "c\n", "d\n"]
     with Sandbox(Limits(timeout_s=2), isolation) as sb:
         results = sb.run(program, {"inputs": inputs, "outputs": inputs})
@@ -318,3 +325,136 @@ def test_cli_rejects_bad_tests_file(tmp_path, text, needle):
     proc = _cli(tmp_path, "print(1)\n", text)
     assert proc.returncode != 0 and needle in proc.stderr
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+# ----------------------------------------------------------------------------- what a policy could exploit
+
+MALFORMED_RESULTS = {
+    # The result channel (fd 3) holds anything but the runner's one JSON record: a runtime error of
+    # that test, never an exception in the grader.
+    "not_json": "import os\nos.write(3, b'garbage')\ndef add(a, b):\n    return a + b\n",
+    "a_list": "import os\nos.write(3, b'[1, 2]')\nos._exit(0)\n",
+    "no_value": "import os\nos.write(3, b'{\"x\": 1}')\nos._exit(0)\n",
+    "value_not_text": "import os\nos.write(3, b'{\"value\": 3}')\nos._exit(0)\n",
+    "deep_nesting": "import os\nos.write(3, b'{\"value\": \"' + b'[' * 100000 + b'\"}')\nos._exit(0)\n",
+    "forked_twice": ("import os\nchild = os.fork()\ndef add(a, b):\n    if child:\n        os.waitpid(child, 0)\n"
+                     "    return a + b\n"),  # both processes return a result, the child first
+    "huge_int": "import sys\nsys.set_int_max_str_digits(0)\ndef add(a, b):\n    return 10 ** 5000\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(MALFORMED_RESULTS))
+def test_a_malformed_call_result_costs_that_test_only(isolation, name):
+    jobs = [(CALL_OK, CALL), (MALFORMED_RESULTS[name], CALL), (CALL_OK, CALL)]
+    results = run_batch(jobs, workers=1, isolation=isolation)
+    assert [[r.status for r in res] for res in results] == [["passed"] * 2, ["runtime_error"] * 2, ["passed"] * 2], \
+        results[1]
+
+
+CALL_OK = "def add(a, b):\n    return a + b\n"
+
+
+def test_a_grader_failure_on_one_job_never_loses_the_others(monkeypatch):
+    import cobalt_min.sandbox as sandbox_module
+    real_judge = sandbox_module.judge
+
+    def judge_that_fails_on_seven(report, expected, *args):
+        if report["stdout"] == "7\n":
+            raise RuntimeError("a bug in the grader")
+        return real_judge(report, expected, *args)
+
+    monkeypatch.setattr(sandbox_module, "judge", judge_that_fails_on_seven)
+    jobs = [(READERS["input"], SUM_TESTS), ("print(7)\n", SUM_TESTS), (READERS["input"], SUM_TESTS)]
+    results = run_batch(jobs, workers=1)
+    assert [r.status for r in results[0]] == [r.status for r in results[2]] == ["passed"] * 3
+    assert [r.status for r in results[1]] == ["runtime_error"] * 3
+    assert "a bug in the grader" in results[1][0].detail
+
+
+def test_numbers_never_compare_as_overflowed_floats():
+    huge = "1" + "0" * 400  # > 1.8e308: float() makes it inf
+    assert not stdout_matches("inf\n", huge + "\n", float_tol=1e-6)
+    assert not stdout_matches("1e400\n", huge + "\n", float_tol=1e-6)
+    assert stdout_matches(huge + "\n", huge + "\n", float_tol=1e-6)
+    assert not stdout_matches("nan\n", "nan\n".replace("nan", "1e999"), float_tol=1e-6)
+    assert not stdout_matches("1000000001\n", "1000000000\n", float_tol=1e-6)  # integers compare exactly
+    assert stdout_matches("1000000000.0000001\n", "1000000000\n", float_tol=1e-6)
+    assert not stdout_matches("9" * 5000 + "\n", "9" * 4999 + "8\n", float_tol=1e-6)  # past int()'s digit limit
+    assert not value_matches(float("inf"), float("inf")) and not value_matches(float("inf"), 10 ** 400, float_tol=1e-6)
+    assert not value_matches(10 ** 400, 1e300, float_tol=1e-6)  # no OverflowError
+    assert value_matches(10 ** 400, 10 ** 400, float_tol=1e-6) and not value_matches(10 ** 400 + 1, 10 ** 400, 1e-6)
+    nested = 1
+    for _ in range(5000):
+        nested = [nested]
+    assert not value_matches(nested, nested)  # deeper than the grader compares: no RecursionError
+
+
+def test_lines_end_at_newline_only():
+    for sep in ("\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"):
+        assert not stdout_matches(f"1{sep}2\n", "1\n2\n"), repr(sep)
+        assert not stdout_matches(f"1{sep}2\n", "1 2\n", float_tol=1e-6), repr(sep)
+    assert stdout_matches("1\r\n2\r\n", "1\n2\n")
+
+
+def test_honest_programs_with_many_threads_fit_the_memory_limit(isolation):
+    program = ("from concurrent.futures import ThreadPoolExecutor\nimport threading, time\n"
+               "def work(x):\n    time.sleep(0.05)\n    return x * x\n"
+               "with ThreadPoolExecutor(40) as ex:\n    print(sum(ex.map(work, range(200))), threading.active_count())\n")
+    [r] = run_tests(program, {"inputs": [""], "outputs": [f"{sum(x * x for x in range(200))} 41\n"]},
+                    isolation=isolation)
+    assert r.passed, r
+
+
+def test_auto_refuses_an_unsafe_mode_and_says_how_to_opt_in(monkeypatch):
+    import cobalt_min.sandbox as sandbox_module
+    monkeypatch.setattr(sandbox_module, "bwrap_available", lambda: False)
+    monkeypatch.setattr(sandbox_module, "namespaces_available", lambda: False)  # e.g. a user without root
+    monkeypatch.delenv(sandbox_module.UNSAFE_ENV, raising=False)
+    with pytest.raises(sandbox_module.SandboxError) as err:
+        sandbox_module.resolve_isolation("auto")
+    assert "apt-get install bubblewrap" in str(err.value) and "--isolation process" in str(err.value)
+    assert sandbox_module.UNSAFE_ENV + "=process" in str(err.value)
+    with pytest.warns(UserWarning, match="trusted programs only"):
+        assert sandbox_module.resolve_isolation("process") == "process"  # the explicit opt-in
+    monkeypatch.setenv(sandbox_module.UNSAFE_ENV, "process")
+    assert sandbox_module.resolve_isolation("auto") == "process"
+
+
+def test_uid_leases_are_machine_wide_whatever_tmpdir(tmp_path):
+    import os
+    if os.geteuid() != 0:
+        pytest.skip("uid leases are for a root grader")
+    code = ("import sys, time\nfrom cobalt_min.sandbox import _UidLease\nlease = _UidLease()\n"
+            "print(lease.uid, flush=True)\nsys.stdin.read()\n")
+    procs = []
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        env = dict(os.environ, TMPDIR=str(tmp_path / name))
+        procs.append(subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      text=True, env=dict(env, PYTHONPATH=ROOT)))
+    try:
+        uids = [int(p.stdout.readline()) for p in procs]
+    finally:
+        for p in procs:
+            p.communicate("")
+    assert uids[0] != uids[1], uids
+
+
+def test_the_scratch_folder_is_emptied_whatever_its_depth_and_modes(tmp_path):
+    from cobalt_min.sandbox_runner import empty_folder
+    import os
+    here = os.getcwd()
+    try:
+        os.chdir(tmp_path)
+        for _ in range(2500):  # past PATH_MAX and past Python's recursion limit
+            os.mkdir("dddddddddd")
+            os.chdir("dddddddddd")
+        open("bottom", "w").write("x")
+    finally:
+        os.chdir(here)
+    (tmp_path / "closed" / "inner").mkdir(parents=True)
+    (tmp_path / "closed" / "inner" / "f").write_text("x")
+    os.chmod(tmp_path / "closed" / "inner", 0)
+    os.chmod(tmp_path / "closed", 0)
+    empty_folder(str(tmp_path))
+    assert os.listdir(tmp_path) == []

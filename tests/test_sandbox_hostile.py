@@ -6,6 +6,8 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -16,22 +18,34 @@ TIMEOUT = 1.0  # hostile_programs.TIMEOUT
 MARGIN = 2.5  # what a hostile program may cost beyond its timeouts (runner restart, kill, reporting)
 
 
-def _run_harness(isolation, tmp_path_factory):
+USER = 1000  # the non-root grader of the "bwrap-user" runs
+
+
+def _run_harness(mode, tmp_path_factory):
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         pytest.skip("hostile-program tests need root and unshare, to run inside a throw-away pid namespace")
+    isolation, as_user = {"bwrap": ("bwrap", None), "process": ("process", None), "bwrap-user": ("bwrap", USER)}[mode]
     if isolation == "bwrap" and not sandbox.bwrap_available():
         pytest.skip("bubblewrap is not available here")
-    canary = tmp_path_factory.mktemp(f"canary-{isolation}")
+    if as_user is None:
+        canary = tmp_path_factory.mktemp(f"canary-{mode}")
+    else:  # a folder the non-root grader can reach, holding a file it owns (so only the sandbox protects it)
+        canary = Path(tempfile.mkdtemp(prefix="cobalt-canary-"))
+        os.chown(canary, as_user, as_user)
     os.chmod(canary, 0o755)
     (canary / "canary.txt").write_text("original")
-    proc = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", sys.executable,
-                           os.path.join(HERE, "hostile_programs.py"), "--isolation", isolation, str(canary)],
-                          capture_output=True, text=True, timeout=600)
+    if as_user is not None:
+        os.chown(canary / "canary.txt", as_user, as_user)
+    cmd = ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, os.path.join(HERE, "hostile_programs.py"),
+           "--isolation", isolation, str(canary)]
+    if as_user is not None:
+        cmd[-1:-1] = ["--as-user", str(as_user)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout), canary
 
 
-@pytest.fixture(scope="module", params=["bwrap", "process"])
+@pytest.fixture(scope="module", params=["bwrap", "process", "bwrap-user"])
 def hostile(request, tmp_path_factory):
     return _run_harness(request.param, tmp_path_factory)
 
@@ -44,6 +58,7 @@ def _check_contained(run, name, n_tests=2):
     """Judged, did not disturb the next program, left no process behind, cost bounded time."""
     case = run[name]
     assert [r["status"] for r in case["after"]] == ["passed"], (name, case["after"])
+    assert [r["status"] for r in case["after_wrong"]] == ["wrong_answer"], (name, case["after_wrong"])
     assert case["leftover"] == [], (name, case["leftover"])
     assert case["elapsed_s"] < n_tests * TIMEOUT + MARGIN, (name, case["elapsed_s"])
 
@@ -143,3 +158,36 @@ def test_expected_output_cannot_be_found(hostile):
 def test_nothing_left_running(hostile):
     run, _ = hostile
     assert run["_leftover"] == []
+
+
+def test_cli_tests_file_and_demo_data_are_out_of_reach(hostile):
+    run, _ = hostile
+    [r] = run["cli_hunt"]["results"]
+    assert r["status"] == "wrong_answer" and r["stdout"].startswith("not found"), run["cli_hunt"]
+
+
+def test_no_process_a_test_reaches_holds_a_channel_to_the_grader(hostile):
+    # Forged jobs and a flood written to every descriptor of every process the program can open: the
+    # next programs are judged on their own output.
+    run, _ = hostile
+    assert _statuses(run, "forge_grader_job") == ["passed", "passed"]
+    _check_contained(run, "forge_grader_job")
+
+
+def test_nothing_a_test_allocates_outlives_it(hostile):
+    run, _ = hostile
+    assert _statuses(run, "leave_ipc_and_shm") == ["passed", "passed"], run["leave_ipc_and_shm"]["results"]
+    _check_contained(run, "leave_ipc_and_shm", n_tests=2)
+
+
+def test_a_poisoned_scratch_folder_is_restored(hostile):
+    run, _ = hostile
+    assert _statuses(run, "poison_scratch") == ["passed"] * 10, run["poison_scratch"]["results"]
+    _check_contained(run, "poison_scratch", n_tests=10)
+
+
+def test_no_state_survives_in_the_kernel_keyring(hostile):
+    run, _ = hostile
+    results = run["keyring_cache"]["results"]
+    assert [r["stdout"] for r in results] == ["blocked\n", "absent\n"], results
+    _check_contained(run, "keyring_cache")
