@@ -39,7 +39,6 @@ read it (the runner makes itself non-dumpable, so /proc/<runner>/{mem,fd,environ
 import builtins
 import ctypes
 import errno
-import fcntl
 import io
 import json
 import os
