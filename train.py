@@ -40,7 +40,7 @@ from accelerate import Accelerator
 from accelerate.utils import DistributedType, set_seed
 from tqdm.auto import tqdm
 
-from cobalt_min.generation import HFEngine, find_smollm2_gguf, load_model, vllm_usable
+from cobalt_min.generation import HFEngine, chat_prompt_ids, find_smollm2_gguf, load_model, vllm_usable
 from cobalt_min.grpo import LogprobModel, group_advantages, pack_sequences, policy_loss
 from cobalt_min.jsonl import append_jsonl, read_jsonl
 from cobalt_min.prompts import extract_code
@@ -68,9 +68,11 @@ def parse_args(argv=None):
     g.add_argument("--gen-batch-size", type=int, default=64, help="transformers engine: sequences per generate")
     g = ap.add_argument_group("data")
     g.add_argument("--contexts", required=True, help="contexts.jsonl from collect.py")
-    g.add_argument("--perturbed-contexts", default=None, help="perturbed contexts (perturb.py augment) to mix in")
-    g.add_argument("--perturbed-fraction", type=float, default=0.0,
-                   help="share of the training set made of perturbed contexts (default 0)")
+    g.add_argument("--perturbed-contexts", default=None,
+                   help="perturbed contexts (perturb.py augment) added to the training set (paper §7: COBALT-PTB)")
+    g.add_argument("--perturbed-fraction", type=float, default=None,
+                   help="with --perturbed-contexts: their share of the training set, in (0, 1) (default: add them "
+                        "all, as the paper)")
     g.add_argument("--val-contexts", default=None, help="validation contexts (collect.py --split validation)")
     g.add_argument("--max-prompt-tokens", type=int, default=10240, help="longer contexts are skipped (default 10240)")
     g = ap.add_argument_group("sampling (paper §5 defaults)")
@@ -118,12 +120,12 @@ def parse_args(argv=None):
 # ----------------------------------------------------------------------------- data
 
 
-def load_contexts(path, what="contexts") -> list[dict]:
+def load_contexts(path, what="contexts", may_be_empty=False) -> list[dict]:
     """Contexts from collect.py / perturb.py, checked: each needs messages, prev_best and tests."""
     if not Path(path).exists():
         raise SystemExit(f"error: {what} file {path} does not exist")
     rows = read_jsonl(path)
-    if not rows:
+    if not rows and not may_be_empty:
         raise SystemExit(f"error: {path} holds no contexts")
     for n, c in enumerate(rows, 1):
         missing = {"messages", "prev_best", "tests"} - c.keys()
@@ -135,15 +137,26 @@ def load_contexts(path, what="contexts") -> list[dict]:
     return rows
 
 
-def mix_perturbed(clean: list, perturbed: list, fraction: float, seed: int) -> list:
-    """Training set with `fraction` of perturbed contexts: n_p = fraction / (1 - fraction) * n_clean,
-    capped by what is available (paper §7: augmentation against in-context reward hacking)."""
-    if not perturbed or fraction <= 0:
-        return clean
+def mix_perturbed(clean: list, perturbed: list, fraction: float | None, seed: int) -> list:
+    """The training set with perturbed contexts added (paper §7: augmentation against in-context reward
+    hacking). fraction None: all of them (the paper adds the perturbed examples; it states no ratio).
+    Otherwise fraction is their share: n_p = fraction / (1 - fraction) * n_clean, capped by what exists."""
+    if fraction is None:
+        return clean + perturbed
     if not 0 < fraction < 1:
-        raise SystemExit("error: --perturbed-fraction must be in [0, 1)")
+        raise SystemExit(f"error: --perturbed-fraction must be in (0, 1), not {fraction}: 0 would add nothing")
     n = min(len(perturbed), round(fraction / (1 - fraction) * len(clean)))
+    if n == 0:
+        raise SystemExit(f"error: --perturbed-fraction {fraction} adds no perturbed context to {len(clean)} clean ones")
     return clean + random.Random(seed).sample(perturbed, n)
+
+
+def drop_long_contexts(contexts: list, count_prompt_tokens, max_prompt_tokens: int) -> tuple[list, int]:
+    """(contexts whose prompt fits max_prompt_tokens, how many were dropped). Done once at load, the same
+    on every rank: were it done per step, ranks could run different numbers of micro-batches and a
+    collective would wait forever."""
+    kept = [c for c in contexts if count_prompt_tokens(c["messages"]) <= max_prompt_tokens]
+    return kept, len(contexts) - len(kept)
 
 
 def epoch_order(n: int, epoch: int, seed: int) -> list[int]:
@@ -219,20 +232,32 @@ def main(argv=None):
     # ------------------------------------------------------------------ data
     contexts = load_contexts(args.contexts)
     if args.perturbed_contexts:
-        contexts = mix_perturbed(contexts, load_contexts(args.perturbed_contexts, "perturbed contexts"),
-                                 args.perturbed_fraction, args.seed)
+        # (perturb.py augment writes no context when no collected trajectory had feedback to perturb)
+        perturbed = load_contexts(args.perturbed_contexts, "perturbed contexts", may_be_empty=True)
+        if perturbed:
+            contexts = mix_perturbed(contexts, perturbed, args.perturbed_fraction, args.seed)
+        else:
+            log(f"warning: {args.perturbed_contexts} holds no perturbed contexts: training on the clean ones only")
+    elif args.perturbed_fraction is not None:
+        raise SystemExit("error: --perturbed-fraction needs --perturbed-contexts")
     val_contexts = load_contexts(args.val_contexts, "validation contexts")[:args.val_limit] if args.val_contexts else []
     W, rank = accelerator.num_processes, accelerator.process_index
     if args.batch_size % W:
         raise SystemExit(f"error: --batch-size {args.batch_size} must be divisible by the {W} processes")
-    steps_per_epoch = math.ceil(len(contexts) / args.batch_size)
-    total_steps = min(args.max_steps or 10 ** 9, args.epochs * steps_per_epoch)
-    log(f"{len(contexts)} training contexts, {len(val_contexts)} validation contexts, {total_steps} steps")
 
     # ------------------------------------------------------------------ models
     model_path = find_smollm2_gguf() if args.model == "smollm2" else args.model
     dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32}[args.dtype]
     tokenizer, policy = load_model(model_path, dtype=dtype, trainable=True)
+    prompt_tokens = lambda messages: len(chat_prompt_ids(tokenizer, messages, args.thinking or None))  # noqa: E731
+    contexts, too_long = drop_long_contexts(contexts, prompt_tokens, args.max_prompt_tokens)
+    val_contexts, val_too_long = drop_long_contexts(val_contexts, prompt_tokens, args.max_prompt_tokens)
+    if not contexts:
+        raise SystemExit(f"error: every training context is longer than --max-prompt-tokens {args.max_prompt_tokens}")
+    steps_per_epoch = math.ceil(len(contexts) / args.batch_size)
+    total_steps = min(args.max_steps or 10 ** 9, args.epochs * steps_per_epoch)
+    log(f"{len(contexts)} training contexts, {len(val_contexts)} validation contexts, {total_steps} steps; "
+        f"dropped as longer than {args.max_prompt_tokens} prompt tokens: {too_long} training, {val_too_long} validation")
     if args.gradient_checkpointing:
         policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     policy.config.use_cache = False
@@ -250,15 +275,15 @@ def main(argv=None):
         ref = accelerator.prepare_model(ref, evaluation_mode=True)
     use_vllm = args.engine == "vllm" or (args.engine == "auto" and vllm_usable() and not model_path.endswith(".gguf"))
     if use_vllm:
-        from cobalt_min.generation import VLLMEngine
-        engine = VLLMEngine(model_path, thinking=args.thinking or None, seed=args.seed + rank,
+        from cobalt_min.generation import VLLMEngine, require_vllm
+        require_vllm()
+        engine = VLLMEngine(model_path, thinking=args.thinking or None, seed=args.seed,
                             gpu_memory_utilization=args.vllm_gpu_memory_utilization)
     else:
         engine = HFEngine(model_path, model=accelerator.unwrap_model(wrapped).lm, tokenizer=tokenizer,
                           device=accelerator.device, thinking=args.thinking or None, batch_size=args.gen_batch_size)
     count_tokens = lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
     workers = args.workers or max(1, (os.cpu_count() or 1) // accelerator.num_processes)
-    too_long = 0  # contexts skipped because their prompt exceeds --max-prompt-tokens (the authors' limit)
 
     # ------------------------------------------------------------------ resume
     step = 0
@@ -283,17 +308,7 @@ def main(argv=None):
         order = epoch_order(len(contexts), epoch, args.seed)
         batch_ids = order[pos * args.batch_size:(pos + 1) * args.batch_size]
         batch = [contexts[i] for i in batch_ids[rank::W]]
-        prompts, kept = [], []
-        for c in batch:
-            ids = engine.prompt_ids(c["messages"])
-            if len(ids) <= args.max_prompt_tokens:
-                prompts.append(ids)
-                kept.append(c)
-        too_long += len(batch) - len(kept)
-        batch = kept
-        if not batch:
-            raise SystemExit(f"error: every context of step {step} is longer than --max-prompt-tokens "
-                             f"{args.max_prompt_tokens} tokens")
+        prompts = [engine.prompt_ids(c["messages"]) for c in batch]
         G = args.group_size
 
         # ============================================================== 2. generate G programs per context
@@ -397,7 +412,7 @@ def main(argv=None):
                    "all_tests_passed": (pr_all >= 1).float().mean().item(), "zero_std_groups": zero_std.mean().item(),
                    "no_code": sum(p is None for p in programs) / len(programs),
                    "response_len": len_all.mean().item(), "truncated": trunc_all.mean().item(),
-                   "lr": scheduler.get_last_lr()[0], "skipped_long_contexts": too_long,
+                   "lr": scheduler.get_last_lr()[0], "dropped_long_contexts": too_long,
                    **{k: mean(v) for k, v in stats.items()}, **{k: round(v, 3) for k, v in timings.items()},
                    "gen_tokens_per_s": float(lengths.sum()) / max(timings["generate_s"], 1e-9),
                    "train_tokens_per_s": n_tokens / max(timings["update_s"] + timings["logprob_s"], 1e-9),

@@ -1,6 +1,7 @@
 """GPU performance of the training update and of the transformers generation engine, in one run.
 
     python bench/bench_gpu.py --json gpu.json            # on one GPU (H200: about 8 minutes)
+    python bench/bench_gpu.py --quick --json gpu.json    # the 0.6B figures only (bench/gpu_check.py runs this)
     python bench/bench_gpu.py --tiny --device cpu        # the same code paths on tiny models (a smoke test)
 
 Random-init models built from configs (no download): a Qwen3-0.6B-like and a Qwen3-8B-like model,
@@ -11,7 +12,7 @@ vocabulary 151,936, bf16 weights, sdpa attention. Measured:
   as in the paper (prompt 2-4k, completion 1-2k tokens). MFU counts 6 N T for the policy's forward
   and backward plus 2 N T for the reference forward (N = parameters without the input embedding,
   T = tokens), plus causal attention, against the measured peak;
-- HFEngine.sample at batch 64: plain `generate` vs a static KV cache, tokens/s.
+- generation at batch 64: HFEngine.sample (our decode loop) vs plain `model.generate`, tokens/s.
 Prints a table and writes JSON (--json).
 """
 
@@ -118,7 +119,8 @@ def bench_update(name, device, vocab, batch, prompt, completion, checkpointing, 
             "tflops": flops / seconds / 1e12, "peak_gib": peak}
 
 
-def bench_generate(name, device, vocab, batch, prompt, new_tokens, cache):
+def bench_generate(name, device, vocab, batch, prompt, new_tokens, kind):
+    """kind "engine": HFEngine.sample; "generate": plain model.generate, same prompts and lengths."""
     from cobalt_min.generation import HFEngine
 
     class Tok:  # the engine only needs ids here: prompts are token ids already
@@ -129,20 +131,29 @@ def bench_generate(name, device, vocab, batch, prompt, new_tokens, cache):
             return ""
     model = build(name, device, vocab).eval()
     model.generation_config.eos_token_id = Tok.eos_token_id
-    engine = HFEngine("", model=model, tokenizer=Tok(), device=device, batch_size=batch, cache_implementation=cache)
+    engine = HFEngine("", model=model, tokenizer=Tok(), device=device, batch_size=batch)
     g = torch.Generator().manual_seed(0)
     prompts = [torch.randint(1, vocab, (prompt,), generator=g).tolist() for _ in range(batch)]
-    engine.sample(prompts[:2], n=1, max_new_tokens=8, seed=0)  # warm-up
+
+    def run(ps, n_new):
+        if kind == "engine":
+            return sum(len(c[0].token_ids) for c in engine.sample(ps, n=1, temperature=1.0, top_p=1.0,
+                                                                   max_new_tokens=n_new, seed=0))
+        ids = torch.tensor(ps, device=device)
+        with torch.no_grad():
+            out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=1.0,
+                                 top_p=1.0, top_k=0, max_new_tokens=n_new, min_new_tokens=n_new, pad_token_id=0)
+        return (out.shape[1] - ids.shape[1]) * ids.shape[0]
+    run(prompts[:2], 8)  # warm-up
     sync(device)
     start = time.perf_counter()
-    out = engine.sample(prompts, n=1, temperature=1.0, top_p=1.0, max_new_tokens=new_tokens, seed=0)
+    tokens = run(prompts, new_tokens)
     sync(device)
     seconds = time.perf_counter() - start
-    tokens = sum(len(c[0].token_ids) for c in out)
     del model, engine
     if device == "cuda":
         torch.cuda.empty_cache()
-    return {"model": name, "batch": batch, "prompt": prompt, "new_tokens": new_tokens, "cache": cache or "dynamic",
+    return {"model": name, "batch": batch, "prompt": prompt, "new_tokens": new_tokens, "kind": kind,
             "seconds": seconds, "tokens_per_s": tokens / seconds}
 
 
@@ -150,6 +161,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--tiny", action="store_true", help="tiny models and lengths: check the code paths anywhere")
+    ap.add_argument("--quick", action="store_true", help="the 0.6B update and generation only (about 2 minutes)")
     ap.add_argument("--vocab", type=int, default=151936)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json", default=None, help="write the results here")
@@ -160,8 +172,8 @@ def main():
         gen = [("tiny", 4, 16, 16)]
         vocab, peak_n = 1000, 512
     else:
-        updates = [("qwen3-0.6b", 8, 1024, 1024, False), ("qwen3-8b", 2, 2048, 2048, True)]
-        gen = [("qwen3-0.6b", 64, 512, 512)]
+        updates = [("qwen3-0.6b", 8, 1024, 1024, False)] + ([] if args.quick else [("qwen3-8b", 2, 2048, 2048, True)])
+        gen = [("qwen3-0.6b", 64, 512, 256 if args.quick else 512)]
         vocab, peak_n = args.vocab, 8192
     results = {"device": torch.cuda.get_device_name() if dev == "cuda" else "cpu",
                "peak_tflops": matmul_peak(dev, peak_n)}
@@ -175,12 +187,12 @@ def main():
               f"MFU {100 * r['mfu']:5.1f}%  peak {r['peak_gib']:.1f} GiB")
     results["generation"] = []
     for name, b, p, n in gen:
-        for cache in (None, "static"):
-            r = bench_generate(name, dev, vocab, b, p, n, cache)
+        for kind in ("generate", "engine"):
+            r = bench_generate(name, dev, vocab, b, p, n, kind)
             results["generation"].append(r)
-            print(f"generate {name} batch {b}, cache {r['cache']:7s}: {r['tokens_per_s']:8.0f} tokens/s")
-    plain, static = results["generation"][0], results["generation"][1]
-    print(f"static / dynamic cache: {static['tokens_per_s'] / plain['tokens_per_s']:.2f}x")
+            print(f"{kind:8s} {name} batch {b}: {r['tokens_per_s']:8.0f} tokens/s")
+    plain, ours = results["generation"][0], results["generation"][1]
+    print(f"engine / plain generate: {ours['tokens_per_s'] / plain['tokens_per_s']:.2f}x")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)

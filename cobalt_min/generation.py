@@ -6,11 +6,14 @@
 
 `generate` applies the tokenizer's chat template; `sample` works on token ids and also returns the
 completion token ids (train.py learns on exactly the sampled tokens, never on re-tokenised text).
+Both engines sample exactly softmax(logits / temperature) within top_p (no top-k, no penalties: the
+distribution train.py's log-probs describe), and give each request its own seed (request_seeds).
 `thinking` switches the template's thinking mode (Qwen3's enable_thinking) where it has one.
 """
 
 import dataclasses
 import importlib.util
+import inspect
 import os
 from pathlib import Path
 
@@ -85,12 +88,45 @@ def generate_texts(engine, conversations, *, n, temperature, top_p, max_new_toke
     return [[c.text for c in cs] for cs in done]
 
 
+def request_seeds(seed: int | None, n_prompts: int, n: int) -> list[int]:
+    """The seed of each request of a call: derived from the call's seed and the request's position, so
+    that two requests never share a random stream (identical conversations still continue
+    differently) and a run is reproducible. Sample j of request i uses seeds[i] + j (vLLM's rule)."""
+    base = (seed or 0) * 1_000_003
+    return [(base + i * n) % (1 << 62) for i in range(n_prompts)]
+
+
+def sample_tokens(logits: torch.Tensor, uniforms: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    """One token per row from exactly softmax(logits / temperature), restricted to the top-p nucleus
+    (the smallest set of most likely tokens whose mass reaches top_p) and renormalised; nothing else
+    (no top-k, no penalties). logits (B, V); uniforms (B,) in [0, 1), one per row from that row's own
+    generator (inverse-CDF sampling). temperature 0: the most likely token."""
+    if temperature <= 0:
+        return logits.argmax(-1)
+    probs = torch.softmax(logits.float() / temperature, dim=-1)  # (B, V)
+    order = None
+    if top_p < 1.0:
+        probs, order = probs.sort(dim=-1, descending=True)
+        before = probs.cumsum(-1) - probs  # mass of the more likely tokens
+        probs = probs * (before < top_p)  # the most likely token always stays (before = 0)
+    cdf = probs.cumsum(-1)  # (B, V)
+    target = uniforms.to(cdf.device, cdf.dtype)[:, None] * cdf[:, -1:]
+    picked = (cdf <= target).sum(-1).clamp(max=probs.shape[-1] - 1)  # first index whose cdf exceeds target
+    return picked if order is None else order.gather(-1, picked[:, None]).squeeze(-1)
+
+
 class HFEngine:
-    """Batched sampling with transformers `generate`: left padding, KV cache, EOS-aware. CPU or GPU."""
+    """Batched sampling with a transformers model: our own decode loop over its KV cache. CPU or GPU.
+
+    Why not `model.generate`: it applies the model's generation_config (transformers' default top_k=50,
+    Qwen3 ships top_k=20, sometimes a repetition penalty), so samples would come from a different
+    distribution than the one training scores; and it draws every row from one random stream, so a
+    sample depends on which other requests share its batch. Here each request has its own generator
+    (request_seeds): samples are exactly softmax(logits / T) with top-p, and the same whatever the
+    batch size or order. Finished rows leave the batch (their KV cache rows are dropped)."""
 
     def __init__(self, model_path: str, *, gguf_file: str | None = None, dtype="auto", device=None,
-                 thinking: bool | None = None, batch_size: int = 64, model=None, tokenizer=None,
-                 cache_implementation: str | None = None):
+                 thinking: bool | None = None, batch_size: int = 64, model=None, tokenizer=None):
         if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         if model is None:
@@ -99,10 +135,11 @@ class HFEngine:
         self.device = device
         self.thinking = thinking
         self.batch_size = batch_size
-        self.cache_implementation = cache_implementation  # e.g. "static" (GPU: preallocated KV cache)
         gen_eos = getattr(model.generation_config, "eos_token_id", None)
         eos = gen_eos if gen_eos is not None else tokenizer.eos_token_id
         self.eos_ids = set(eos if isinstance(eos, list) else [eos])
+        # transformers renamed the forward's KV-cache argument (past_key_values -> cache): use what it takes.
+        self._cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
     def prompt_ids(self, conversation: list[dict]) -> list[int]:
         """Token ids of the chat-templated conversation, ready for the assistant's turn."""
@@ -112,37 +149,65 @@ class HFEngine:
     def sample(self, prompts: list[list[int]], *, n: int = 1, temperature: float = 1.0, top_p: float = 1.0,
                max_new_tokens: int = 512, seed: int | None = None) -> list[list[Completion]]:
         """n completions for each prompt (token ids). Prompts are grouped by length to limit padding."""
-        torch.manual_seed(seed if seed is not None else 0)
-        requests = [(i, p) for i, p in enumerate(prompts) for _ in range(n)]
-        requests.sort(key=lambda r: len(r[1]))
+        seeds = request_seeds(seed, len(prompts), n)
+        requests = [(i, p, seeds[i] + j) for i, p in enumerate(prompts) for j in range(n)]
+        order = sorted(range(len(requests)), key=lambda r: len(requests[r][1]))
+        done: dict[int, Completion] = {}
+        for start in range(0, len(order), self.batch_size):
+            chunk = order[start:start + self.batch_size]
+            tokens = self._decode([requests[r][1] for r in chunk], [requests[r][2] for r in chunk],
+                                  temperature, top_p, max_new_tokens)
+            done.update((r, self._completion(t)) for r, t in zip(chunk, tokens))
         out: list[list[Completion]] = [[] for _ in prompts]
-        pad = self.tokenizer.pad_token_id
-        for start in range(0, len(requests), self.batch_size):
-            chunk = requests[start:start + self.batch_size]
-            width = max(len(p) for _, p in chunk)
-            ids = torch.full((len(chunk), width), pad, dtype=torch.long)
-            mask = torch.zeros((len(chunk), width), dtype=torch.long)
-            for row, (_, p) in enumerate(chunk):  # left padding: every prompt ends at the same column
-                ids[row, width - len(p):] = torch.tensor(p)
-                mask[row, width - len(p):] = 1
-            sampling = dict(do_sample=True, temperature=temperature, top_p=top_p) if temperature > 0 \
-                else dict(do_sample=False)
-            if self.cache_implementation:
-                sampling["cache_implementation"] = self.cache_implementation
-            gen = self.model.generate(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
-                                      max_new_tokens=max_new_tokens, pad_token_id=pad, use_cache=True,
-                                      eos_token_id=sorted(self.eos_ids), **sampling)
-            for row, (i, _) in enumerate(chunk):
-                out[i].append(self._completion(gen[row, width:].tolist()))
+        for r, (i, _, _) in enumerate(requests):
+            out[i].append(done[r])
         return out
 
+    def _decode(self, prompts, seeds, temperature, top_p, max_new_tokens) -> list[list[int]]:
+        """Sampled tokens of each prompt (left-padded into one batch), up to EOS or max_new_tokens."""
+        from transformers import DynamicCache
+        pad = self.tokenizer.pad_token_id
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for row, p in enumerate(prompts):  # left padding: every prompt ends at the same column
+            ids[row, width - len(p):] = torch.tensor(p)
+            mask[row, width - len(p):] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (B, W): real tokens count from 0
+        generators = [torch.Generator().manual_seed(s) for s in seeds]  # CPU: same draws on any device
+        cache = {self._cache_arg: DynamicCache(config=self.model.config)}
+        logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                            logits_to_keep=1, **cache).logits[:, -1]  # (B, V)
+        alive = list(range(len(prompts)))  # rows of the batch still decoding
+        last = positions[:, -1]  # (B,)
+        tokens: list[list[int]] = [[] for _ in prompts]
+        for step in range(max_new_tokens):
+            uniforms = torch.tensor([torch.rand((), generator=generators[r]).item() for r in alive]) \
+                if temperature > 0 else torch.zeros(len(alive))
+            nxt = sample_tokens(logits, uniforms, temperature, top_p)  # (A,)
+            keep = []
+            for k, (r, t) in enumerate(zip(alive, nxt.tolist())):
+                tokens[r].append(t)
+                if t not in self.eos_ids:
+                    keep.append(k)
+            if step == max_new_tokens - 1 or not keep:
+                break
+            if len(keep) < len(alive):  # finished rows leave the batch
+                index = torch.tensor(keep, device=self.device)
+                cache[self._cache_arg].batch_select_indices(index)
+                mask, last, nxt = mask[index], last[index], nxt[index]
+                alive = [alive[k] for k in keep]
+            mask = torch.cat([mask, mask.new_ones((len(alive), 1))], dim=1)
+            last = last + 1
+            logits = self.model(input_ids=nxt[:, None], attention_mask=mask, position_ids=last[:, None],
+                                use_cache=True, **cache).logits[:, -1]
+        return tokens
+
     def _completion(self, tokens: list[int]) -> Completion:
-        """Cut after the first EOS (generate pads finished rows, often with the EOS id itself)."""
-        for j, t in enumerate(tokens):
-            if t in self.eos_ids:
-                kept = tokens[:j + 1]
-                return Completion(self.tokenizer.decode(kept, skip_special_tokens=True), kept, True)
-        return Completion(self.tokenizer.decode(tokens, skip_special_tokens=True), tokens, False)
+        """A completion ends with EOS when the model stopped by itself."""
+        finished = bool(tokens) and tokens[-1] in self.eos_ids
+        return Completion(self.tokenizer.decode(tokens, skip_special_tokens=True), tokens, finished)
 
     def generate(self, conversations: list[list[dict]], *, n: int = 1, temperature: float = 1.0, top_p: float = 1.0,
                  max_new_tokens: int = 512, seed: int | None = None) -> list[list[str]]:
@@ -153,21 +218,22 @@ class HFEngine:
 
 class VLLMEngine:
     """Offline batched sampling with vLLM (written for vLLM 0.33; public APIs only: LLM, SamplingParams,
-    LLM.generate, LLM.collective_rpc, LLM.reset_prefix_cache). vLLM cannot run on CPU-only machines,
-    so this path is not exercised by the test suite: keep it small and check it on a GPU first.
+    LLM.generate, LLM.collective_rpc, LLM.reset_prefix_cache). vLLM cannot run on CPU-only machines:
+    the tests check the arguments it is given (a stand-in vllm module), not vLLM itself; check it on a
+    GPU first (bench/gpu_check.py).
 
-    For train.py (colocated, one process): VLLM_ENABLE_V1_MULTIPROCESSING=0 is set before the engine is
-    created so that `load_weights` can reach the model in this process."""
+    Colocated with training: one engine per process. Under `accelerate launch` / torchrun the engine
+    joins that launch (vllm_launch_kwargs): with vLLM's default single-process executor every rank's
+    engine would sit on GPU 0. In a single process VLLM_ENABLE_V1_MULTIPROCESSING=0 keeps the model in
+    this process, so that `load_weights` can reach it."""
 
     def __init__(self, model_path: str, *, thinking: bool | None = None, tensor_parallel_size: int = 1,
                  gpu_memory_utilization: float = 0.3, dtype="auto", seed: int = 0, max_model_len: int | None = None,
                  enable_sleep_mode: bool = False):
-        if not torch.cuda.is_available():
-            raise SystemExit("error: the vLLM engine needs a GPU; use --engine hf on this machine.")
-        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         from vllm import LLM
         kw = {"max_model_len": max_model_len} if max_model_len else {}
-        self.llm = LLM(model=model_path, tensor_parallel_size=tensor_parallel_size, dtype=dtype, seed=seed,
+        kw.update(vllm_launch_kwargs(tensor_parallel_size, seed))
+        self.llm = LLM(model=model_path, tensor_parallel_size=tensor_parallel_size, dtype=dtype,
                        gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=enable_sleep_mode, **kw)
         self.tokenizer = self.llm.get_tokenizer()
         self.thinking = thinking
@@ -176,8 +242,11 @@ class VLLMEngine:
         return chat_prompt_ids(self.tokenizer, conversation, self.thinking)
 
     def sample(self, prompts, *, n=1, temperature=1.0, top_p=1.0, max_new_tokens=512, seed=None):
+        """n completions per prompt; one SamplingParams per request, each with its own seed (request_seeds).
+        vLLM applies no top-k or penalties unless asked: exactly softmax(logits / T) within top_p."""
         from vllm import SamplingParams
-        params = SamplingParams(n=n, temperature=temperature, top_p=top_p, max_tokens=max_new_tokens, seed=seed)
+        params = [SamplingParams(n=n, temperature=temperature, top_p=top_p, max_tokens=max_new_tokens, seed=s)
+                  for s in request_seeds(seed, len(prompts), n)]
         outputs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
         return [[Completion(o.text, list(o.token_ids), o.finish_reason == "stop") for o in req.outputs]
                 for req in outputs]
@@ -203,6 +272,27 @@ class VLLMEngine:
             raise RuntimeError("vLLM did not reset its prefix cache after the weight update")
 
 
+def vllm_launch_kwargs(tensor_parallel_size: int, seed: int) -> dict:
+    """How this process's vLLM engine joins the run. Under a distributed launch (WORLD_SIZE > 1, as
+    torchrun and accelerate set it with RANK and LOCAL_RANK): vLLM's "external_launcher" executor,
+    which places the engine on this rank's GPU (LOCAL_RANK) and shares the launch's ranks; each group
+    of tensor-parallel ranks is one data rank with its own seed. In one process: the in-process engine."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1:
+        rank = int(os.environ["RANK"])
+        return {"distributed_executor_backend": "external_launcher", "seed": seed + rank // tensor_parallel_size}
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    return {"seed": seed}
+
+
+def require_vllm() -> None:
+    """Exit with one clear message where the vLLM engine cannot run."""
+    if not torch.cuda.is_available():
+        raise SystemExit("error: the vLLM engine needs a GPU; use --engine hf on this machine.")
+    if importlib.util.find_spec("vllm") is None:
+        raise SystemExit("error: --engine vllm needs vLLM (pip install vllm); or use --engine hf.")
+
+
 def vllm_usable() -> bool:
     """vLLM importable and a CUDA GPU present."""
     return importlib.util.find_spec("vllm") is not None and torch.cuda.is_available()
@@ -214,8 +304,7 @@ def make_engine(kind: str, model_path: str, **kw):
         raise SystemExit(f"error: --engine must be auto, vllm or hf, not {kind!r}")
     folder, gguf_file = gguf_location(model_path, kw.get("gguf_file"))
     if kind == "vllm" or (kind == "auto" and vllm_usable() and not gguf_file):
-        if importlib.util.find_spec("vllm") is None:
-            raise SystemExit("error: --engine vllm needs vLLM (pip install vllm); or use --engine hf.")
+        require_vllm()
         vkw = {k: kw[k] for k in ("thinking", "tensor_parallel_size", "gpu_memory_utilization", "dtype", "seed",
                                   "max_model_len") if k in kw}
         return VLLMEngine(model_path, **vkw)

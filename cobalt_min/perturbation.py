@@ -26,19 +26,23 @@ def _output_key(value, call_based: bool) -> str:
 def perturb_public_tests(tests: dict, rng: random.Random):
     """(perturbed tests, perturbed indices) or None when fewer than 2 distinct outputs exist.
 
-    Shuffle the public tests, keep one test per distinct expected output, swap the expected outputs of
-    the first two (these two are the perturbed ones, indices [0, 1]) and keep the rest after them."""
+    The authors' procedure (preproc/run_perturbation.py): shuffle the public tests; walk them, taking the
+    first test of each distinct expected output into D and every later duplicate into R; swap the
+    expected outputs of D[0] and D[1]; the perturbed set is [the two swapped tests] + D[2:] + R. Every
+    public test stays; only the first two (indices [0, 1]) now expect a wrong output, so a correct
+    program always sees wrong feedback. (Distinct means different for our comparison; the authors
+    compare stripped text.)"""
     call_based = bool(tests.get("fn_name"))
     order = list(range(len(tests["inputs"])))
     rng.shuffle(order)
-    seen, kept = set(), []
+    seen, distinct, duplicates = set(), [], []
     for i in order:
         key = _output_key(tests["outputs"][i], call_based)
-        if key not in seen:
-            seen.add(key)
-            kept.append(i)
-    if len(kept) < 2:
+        (duplicates if key in seen else distinct).append(i)
+        seen.add(key)
+    if len(distinct) < 2:
         return None
+    kept = distinct + duplicates
     inputs = [tests["inputs"][i] for i in kept]
     outputs = [tests["outputs"][i] for i in kept]
     outputs[0], outputs[1] = outputs[1], outputs[0]
@@ -125,8 +129,11 @@ def perturbed_contexts(records: list, problems_by_id: dict, *, seed: int = 0, fr
                                   workers=workers, progress=progress)
     contexts, cstats = build_contexts(recs, {r["problem_id"]: r["tests"] for r in recs}, m=m,
                                       count_prompt_tokens=count_prompt_tokens, seed=seed)
-    for c in contexts:
-        c["perturbed"] = True
+    # Only contexts that end with feedback are perturbed: the first-turn context (no feedback) is already
+    # among the clean contexts.
+    contexts = [dict(c, perturbed=True) for c in contexts if c["turn"] > 0]
+    cstats["contexts"] = len(contexts)
+    cstats["contexts_per_turn"].pop(0, None)
     stats.update(cstats)
     return contexts, stats
 

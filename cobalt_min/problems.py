@@ -150,7 +150,9 @@ def _from_taco(row: dict, where: str, public_count: int = PUBLIC_TESTS) -> Probl
 def _from_taco_cobalt(row: dict, where: str, public_count: int = PUBLIC_TESTS) -> Problem:
     """The authors' processed rows (osunlp/TACO-Cobalt, -PTB): id, difficulty, question or instruction,
     and test_cases, or public_test_cases + hidden_test_cases, each a JSON {"inputs", "outputs"}. The
-    authors turned call-based tests into stdin/stdout text, so these are all stdin/stdout."""
+    authors turned call-based tests into stdin/stdout text, so these are all stdin/stdout. -PTB rows also
+    hold perturbed_public_test_cases (the two swapped tests first, then the rest: their
+    modified_test_cases are those two): they become the feedback tests, perturbed indices [0, 1]."""
     question = row.get("question") or row.get("instruction")
     if not question:
         raise BadRecord("no question")
@@ -166,8 +168,14 @@ def _from_taco_cobalt(row: dict, where: str, public_count: int = PUBLIC_TESTS) -
         raise BadRecord("missing tests")
     if not hidden["inputs"]:
         raise BadRecord("no hidden tests")
+    feedback = None
+    if row.get("perturbed_public_test_cases"):  # osunlp/TACO-Cobalt-PTB: the authors' perturbed public tests,
+        feedback = _check_tests(row["perturbed_public_test_cases"], "perturbed public tests")  # swapped pair first
+        feedback["perturbed"] = [0, 1]
+        if len(feedback["inputs"]) < 2:
+            raise BadRecord("fewer than 2 perturbed public tests")
     return Problem(id=str(row.get("id", where)), question=question, public_tests=public, hidden_tests=hidden,
-                   difficulty=str(row.get("difficulty") or ""), source="taco-cobalt")
+                   difficulty=str(row.get("difficulty") or ""), source="taco-cobalt", feedback_tests=feedback)
 
 
 # ----------------------------------------------------------------------------- LiveCodeBench
@@ -470,9 +478,13 @@ def clean_taco(problems: list[Problem], *, min_tests: int = 8, max_tests: int = 
                progress: bool = True) -> tuple[list[Problem], collections.Counter]:
     """The authors' TACO cleaning (paper §8), each rule counted in the returned Counter:
     drop questions with < 100 alphanumeric characters or with images; keep >= min_tests tests; above
-    max_tests keep the n_short shortest and (max_tests - n_short) longest inputs; shuffle (seeded) into
-    public_count public tests and the rest hidden; keep a problem only if one of up to max_solutions
-    reference solutions (shuffled, seeded) passes all of its tests in the sandbox."""
+    max_tests keep the n_short shortest and (max_tests - n_short) longest inputs, in the authors' order
+    (sorted by input length, longest first: the n_short shortest, then the longest); otherwise the
+    source order; the first public_count tests are public, the rest hidden; keep a problem only if one
+    of up to max_solutions reference solutions (shuffled, seeded) passes all of its tests in the sandbox.
+    (The authors' script also checks up to 16 solutions but keeps a problem whichever way that goes;
+    they started from likaixin/TACO-verified, whose problems are already checked. We start from
+    BAAI/TACO, so the check decides.)"""
     from cobalt_min.sandbox import run_batch
     dropped: collections.Counter = collections.Counter()
     rng = random.Random(seed)
@@ -491,9 +503,8 @@ def clean_taco(problems: list[Problem], *, min_tests: int = 8, max_tests: int = 
             continue
         order = list(range(n))
         if n > max_tests:
-            by_size = sorted(order, key=lambda i: _input_size(tests["inputs"][i]))
-            order = by_size[:n_short] + by_size[n - (max_tests - n_short):]
-        rng.shuffle(order)
+            longest_first = sorted(order, key=lambda i: _input_size(tests["inputs"][i]), reverse=True)
+            order = longest_first[-n_short:] + longest_first[:max_tests - n_short]
         chosen = dict(tests, inputs=[tests["inputs"][i] for i in order], outputs=[tests["outputs"][i] for i in order])
         public, hidden = split_tests(chosen, public_count)
         solutions = list(p.solutions)

@@ -53,10 +53,12 @@ HISTORY_CHARS = 6000  # thinking models: earlier answers keep at most this much 
 
 
 def truncate(text: str, head: int = HEAD, tail: int = TAIL) -> str:
-    """First `head` + "...(truncated)..." + last `tail` characters when longer than head + tail."""
+    """The field stripped, then its first `head` + "...(truncated) ..." + last `tail` characters when
+    longer than head + tail (the authors' truncatefn, marker included, applied to stripped fields)."""
+    text = text.strip()
     if len(text) <= head + tail:
         return text
-    return text[:head] + "...(truncated)..." + text[-tail:]
+    return text[:head] + "...(truncated) ..." + text[-tail:]
 
 
 def first_turn_messages(question: str, starter_code: str = "", fn_name: str | None = None,
@@ -109,6 +111,8 @@ def feedback_text(results: list, public_tests: dict, timeout_s: float = 4.0) -> 
         shown_input = ", ".join(json.dumps(a) for a in inp) if call_based else inp
         lines = [f"Input:\n{truncate(shown_input)}"]
         if r.status == "timeout":
+            if r.detail.startswith("the program did not finish all its tests"):  # sandbox.OUT_OF_TIME
+                return "The program did not finish running all test cases within its total time limit."
             lines.append(f"The program timed out after {timeout_s:g} seconds.")
             return "\n".join(lines)
         output = (r.returned or "") if call_based else r.stdout

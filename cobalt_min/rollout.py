@@ -18,31 +18,41 @@ from cobalt_min.prompts import extract_code, feedback_message, first_turn_messag
 from cobalt_min.sandbox import run_batch
 
 
-def judge_programs(programs: list, problems: list, feedback_tests: list, *, timeout_s: float = 4.0,
-                   workers=None, progress=False) -> list:
-    """Run each program (None = no code block) on its feedback tests and on all true tests of its
-    problem, in one sandbox batch. Returns per program: feedback_results, public/hidden/all pass rates."""
-    jobs, index = [], []
-    for k, (program, problem, shown) in enumerate(zip(programs, problems, feedback_tests)):
-        if program is None:
-            continue
+def judge_programs(programs: list, problems: list, feedback_tests: list, *, scored_programs: list | None = None,
+                   timeout_s: float = 4.0, workers=None, progress=False) -> list:
+    """Run each program (None = no code block) on its feedback tests and each scored program on all true
+    tests of its problem, in one sandbox batch (one job per program when the two are the same, as they
+    are but for thinking models; see rollout). Returns per program None (neither has code) or
+    feedback_results (None without code) and the public/hidden/all pass rates of the scored program."""
+    scored_programs = programs if scored_programs is None else scored_programs
+    jobs, index = [], []  # index: (k, what the job's results hold)
+    for k, (program, scored, problem, shown) in enumerate(zip(programs, scored_programs, problems, feedback_tests)):
         same = shown is problem.public_tests
-        tests = problem.all_tests() if same else join_tests(shown, problem.all_tests())
-        jobs.append((program, tests))
-        index.append((k, same))
+        if program is not None and program == scored:
+            jobs.append((program, problem.all_tests() if same else join_tests(shown, problem.all_tests())))
+            index.append((k, "public = shown" if same else "shown + true"))
+            continue
+        if program is not None:
+            jobs.append((program, shown))
+            index.append((k, "shown"))
+        if scored is not None:
+            jobs.append((scored, problem.all_tests()))
+            index.append((k, "true"))
     results = run_batch(jobs, timeout_s=timeout_s, workers=workers, progress=progress) if jobs else []
-    out = [None] * len(programs)
-    for (k, same), res in zip(index, results):
-        problem = problems[k]
-        n_shown = len(feedback_tests[k]["inputs"])
-        n_pub = len(problem.public_tests["inputs"])
-        true = res if same else res[n_shown:]
-        shown = res[:n_shown]
-        hidden = true[n_pub:]
-        out[k] = {"feedback_results": shown,
-                  "public_pass_rate": sum(r.passed for r in true[:n_pub]) / max(1, n_pub),
-                  "hidden_pass_rate": sum(r.passed for r in hidden) / max(1, len(hidden)),
-                  "pass_rate": sum(r.passed for r in true) / max(1, len(true))}
+    out: list = [None] * len(programs)
+    for (k, what), res in zip(index, results):
+        n_shown, n_pub = len(feedback_tests[k]["inputs"]), len(problems[k].public_tests["inputs"])
+        verdict = out[k] or {"feedback_results": None, "public_pass_rate": 0.0, "hidden_pass_rate": 0.0,
+                             "pass_rate": 0.0}
+        if what != "true":
+            verdict["feedback_results"] = res[:n_shown]
+        if what != "shown":
+            true = res if what in ("public = shown", "true") else res[n_shown:]
+            hidden = true[n_pub:]
+            verdict.update(public_pass_rate=sum(r.passed for r in true[:n_pub]) / max(1, n_pub),
+                           hidden_pass_rate=sum(r.passed for r in hidden) / max(1, len(hidden)),
+                           pass_rate=sum(r.passed for r in true) / max(1, len(true)))
+        out[k] = verdict
     return out
 
 
@@ -77,24 +87,31 @@ def rollout(problems: list, engine, *, samples: int, turns: int, temperature: fl
         timings["generate_s"] += time.perf_counter() - start
         # ------------------------------------------------------------ execute: one sandbox batch per turn
         start = time.perf_counter()
+        # Feedback runs the program of the whole response; scores (pass rates, Pass@1) run the program of
+        # the response as kept in the conversation (thinking models: after </think>, cut to 6000 characters),
+        # as the authors score their stored conversations. The two differ only for thinking models.
         programs = [extract_code(responses[key]) for key in live]
+        scored = [extract_code(history_text(responses[key], thinking)) for key in live] if thinking else programs
         verdicts = judge_programs(programs, [problems[i] for i, _ in live], [feedback_tests[i] for i, _ in live],
-                                  timeout_s=timeout_s, workers=workers)
+                                  scored_programs=scored, timeout_s=timeout_s, workers=workers)
         timings["execute_s"] += time.perf_counter() - start
         # ------------------------------------------------------------ record, give feedback
-        for (i, s), program, v in zip(live, programs, verdicts):
+        for (i, s), program, scored_program, v in zip(live, programs, scored, verdicts):
             shown = feedback_tests[i]
             message = feedback_message(v["feedback_results"] if v else None, shown, timeout_s)
             record = {"turn": t, "response": responses[(i, s)], "program": program,
-                      "public": [{"status": r.status, "passed": r.passed} for r in v["feedback_results"]] if v else [],
+                      "public": [{"status": r.status, "passed": r.passed} for r in v["feedback_results"]]
+                      if v and v["feedback_results"] else [],
                       "public_pass_rate": v["public_pass_rate"] if v else 0.0,
                       "hidden_pass_rate": v["hidden_pass_rate"] if v else 0.0,
                       "pass_rate": v["pass_rate"] if v else 0.0,
                       "feedback": message["content"]}
+            if scored_program != program:
+                record["scored_program"] = scored_program
             trajs[i][s]["turns"].append(record)
             convs[i][s] = convs[i][s] + [{"role": "assistant", "content": history_text(responses[(i, s)], thinking)},
                                          message]
-            if stop_on_public_pass and v and all(r.passed for r in v["feedback_results"]):
+            if stop_on_public_pass and v and v["feedback_results"] and all(r.passed for r in v["feedback_results"]):
                 trajs[i][s]["stopped"] = True
         bar.update(1)
     bar.close()

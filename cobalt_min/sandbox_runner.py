@@ -4,7 +4,8 @@ sandbox.py starts this file's compiled code (`python -I -c <boot> <settings json
 bubblewrap or as a subprocess that makes its own namespaces (enter_namespaces), and talks to it in
 frames (FRAME: length, kind; then the body):
 
-    grader -> runner (in_fd)     J {"op": "run", "program": str, "inputs": [...], "start": k, "limits": {...}}
+    grader -> runner (in_fd)     J {"op": "run", "program": str, "inputs": [...], "start": k, "budget_s": s,
+                                    "limits": {...}}
     runner -> report file        one R frame per test (REPORT header, then the stdout, stderr and
                                  result bytes), appended from offset 0 for each job
     runner -> grader (out_fd)    R frames of reports over PIPE_REPORT_BYTES instead of the file;
@@ -595,7 +596,7 @@ def run_in_template(settings, job, start, code, plan, modules):
                 except BaseException:  # the program meets the same error when it imports it
                     pass
             k = start
-            while k < len(job["inputs"]):
+            while k < len(job["inputs"]) and time.monotonic() < job["deadline"]:
                 # kill(-1) would kill the runner too; a process group kill (process mode) is safe here.
                 run_one(settings, job, k, code, None, plan, clean_up=not settings["kill_all"])
                 k += 1
@@ -641,6 +642,7 @@ def main():
             code, compile_error = None, e.with_traceback(None)  # printed as python prints it: no runner frame
         linecache.cache[PROGRAM_NAME] = (len(job["program"]), None,
                                          job["program"].splitlines(True), PROGRAM_NAME)
+        job["deadline"] = time.monotonic() + job["budget_s"]
         apply_shared_limits(job["limits"])
         plan = child_plan(settings, job, streams)
         os.lseek(settings["report_fd"], 0, os.SEEK_SET)  # the grader emptied the file before sending the job
@@ -649,6 +651,8 @@ def main():
         if missing and compile_error is None:
             start = run_in_template(settings, job, start, code, plan, missing)
         for k in range(start, len(job["inputs"])):
+            if time.monotonic() >= job["deadline"]:
+                break  # out of the program's total time: the grader fails the tests not run
             run_one(settings, job, k, code, compile_error, plan)
         send(settings, {"done": True})
 

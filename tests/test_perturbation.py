@@ -20,19 +20,22 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def test_perturbation_rules():
     tests = {"inputs": ["a", "b", "c", "d"], "outputs": ["1\n", "2\n", "1", "3\n"]}  # "1\n" and "1" are the same
-    out, idx = PT.perturb_public_tests(tests, random.Random(0))
-    assert idx == [0, 1] and out["perturbed"] == [0, 1]
-    assert len(out["inputs"]) == 3  # one test per distinct output
-    truth = dict(zip(tests["inputs"], tests["outputs"]))
-    # the first two tests have each other's outputs, the rest are untouched
-    assert out["outputs"][0] == truth[out["inputs"][1]] and out["outputs"][1] == truth[out["inputs"][0]]
-    assert all(out["outputs"][k] == truth[out["inputs"][k]] for k in range(2, 3))
-    again, _ = PT.perturb_public_tests(tests, random.Random(0))
-    assert again == out  # deterministic for a seed
+    for seed in range(20):
+        out, idx = PT.perturb_public_tests(tests, random.Random(seed))
+        assert idx == [0, 1] and out["perturbed"] == [0, 1]
+        assert sorted(out["inputs"]) == ["a", "b", "c", "d"]  # every public test stays (the authors' rule)
+        truth = dict(zip(tests["inputs"], tests["outputs"]))
+        # the first two tests have each other's outputs (two different ones), the rest are untouched
+        assert out["outputs"][0] == truth[out["inputs"][1]] and out["outputs"][1] == truth[out["inputs"][0]]
+        assert out["outputs"][0].strip() != out["outputs"][1].strip()
+        assert all(out["outputs"][k] == truth[out["inputs"][k]] for k in range(2, 4))
+        # distinct outputs first, then the duplicate: "a" and "c" share an output, so one of them is last
+        assert out["inputs"][3] in ("a", "c") and {"a", "c"} & set(out["inputs"][:3])
+    assert PT.perturb_public_tests(tests, random.Random(19)) == (out, [0, 1])  # deterministic for a seed
     assert PT.perturb_public_tests({"inputs": ["x", "y"], "outputs": ["5\n", "5"]}, random.Random(0)) is None
     call = {"inputs": [[1], [2], [3]], "outputs": [[1], [1], [4]], "fn_name": "f"}
     out, _ = PT.perturb_public_tests(call, random.Random(1))
-    assert len(out["inputs"]) == 2 and out["fn_name"] == "f" and out["outputs"][0] != out["outputs"][1]
+    assert len(out["inputs"]) == 3 and out["fn_name"] == "f" and out["outputs"][0] != out["outputs"][1]
 
 
 def sum_two():
@@ -59,11 +62,14 @@ def test_augmentation_rebuilds_feedback_and_keeps_rewards():
     assert [t["pass_rate"] for t in traj["turns"]] == [0.125, 1.0]  # the reward stays on the true tests
     good_fb = traj["messages"][5]["content"]
     assert PR.ALL_PUBLIC_PASSED not in good_fb  # the correct program now fails a perturbed test...
-    assert f"Input:\n{shown['inputs'][0]}" in good_fb and f"Expected output:\n{shown['outputs'][0]}" in good_fb
+    assert f"Input:\n{shown['inputs'][0].strip()}" in good_fb
+    assert f"Expected output:\n{shown['outputs'][0].strip()}" in good_fb
     assert traj["turns"][1]["public"][0]["passed"] is False and traj["turns"][1]["public"][2]["passed"] is True
     assert traj["messages"][4] == record["samples"][0]["messages"][4]  # programs are untouched
     contexts, cstats = PT.perturbed_contexts([record], {p.id: p}, seed=0, progress=False)
-    assert cstats["contexts"] == len(contexts) == 1 + 2 and all(c["perturbed"] for c in contexts)
+    # the two contexts that end with (perturbed) feedback; not the first-turn context, which has none
+    assert cstats["contexts"] == len(contexts) == 2 and all(c["perturbed"] for c in contexts)
+    assert sorted(c["turn"] for c in contexts) == [1, 2] and cstats["contexts_per_turn"] == {1: 1, 2: 1}
 
 
 class Replay:

@@ -127,8 +127,11 @@ def test_taco_json_rows(tmp_path):
 def test_taco_cobalt_rows(tmp_path):
     tests = {"inputs": [f"{k}\n" for k in range(9)], "outputs": [f"{k * k}\n" for k in range(9)]}
     rows = [{"id": 17, "difficulty": "MEDIUM", "question": "Square it.", "test_cases": json.dumps(tests)},
-            {"id": 18, "difficulty": "EASY", "instruction": "Square it (PTB).",
-             "public_test_cases": json.dumps({"inputs": ["2\n", "1\n"], "outputs": ["1\n", "4\n"]}),
+            {"id": 18, "difficulty": "EASY", "instruction": "Square it (PTB).",  # an osunlp/TACO-Cobalt-PTB row
+             "public_test_cases": json.dumps({"inputs": ["1\n", "2\n", "0\n"], "outputs": ["1\n", "4\n", "0\n"]}),
+             "perturbed_public_test_cases": json.dumps({"inputs": ["2\n", "1\n", "0\n"],
+                                                        "outputs": ["1\n", "4\n", "0\n"]}),
+             "modified_test_cases": json.dumps({"inputs": ["2\n", "1\n"], "outputs": ["1\n", "4\n"]}),
              "hidden_test_cases": json.dumps({"inputs": ["3\n"], "outputs": ["9\n"]})},
             {"id": 19, "question": "nothing to test"}]
     path = tmp_path / "validation.jsonl"
@@ -136,7 +139,14 @@ def test_taco_cobalt_rows(tmp_path):
     probs = P.load_problems(path, verbose=False)
     assert [p.id for p in probs] == ["17", "18"]
     assert probs[0].public_tests["inputs"] == tests["inputs"][:4] and len(probs[0].hidden_tests["inputs"]) == 5
-    assert probs[1].question == "Square it (PTB)." and probs[1].public_tests["outputs"] == ["1\n", "4\n"]
+    assert probs[1].question == "Square it (PTB)." and probs[1].public_tests["outputs"] == ["1\n", "4\n", "0\n"]
+    # the authors' perturbed public tests are what the model is shown (evaluate.py --perturbed), not new ones
+    assert probs[0].feedback_tests is None
+    assert probs[1].feedback_tests == {"inputs": ["2\n", "1\n", "0\n"], "outputs": ["1\n", "4\n", "0\n"],
+                                       "perturbed": [0, 1]}
+    from cobalt_min.perturbation import perturbed_feedback_tests
+    kept, shown, info, dropped = perturbed_feedback_tests(probs[1:], seed=0)
+    assert shown["18"] is probs[1].feedback_tests and info["18"]["indices"] == [0, 1] and dropped == 0
 
 
 # ----------------------------------------------------------------------------- LiveCodeBench
@@ -249,7 +259,7 @@ def test_taco_cleaning_rules():
 
     many = prob("many", n_tests=30)
     inputs = many.all_tests()["inputs"]
-    by_size = sorted(inputs, key=len)
+    longest_first = sorted(range(len(inputs)), key=lambda i: len(inputs[i]), reverse=True)  # (stable, as theirs)
     probs = [prob("ok"), prob("short", question="Sum them."), prob("img", question=long_q + " see image below"),
              prob("few", n_tests=7), many, prob("late-right", solutions=(wrong, wrong, good)),
              prob("none-right", solutions=(wrong,)), prob("no-solution", solutions=())]
@@ -261,7 +271,10 @@ def test_taco_cleaning_rules():
     m = next(p for p in kept if p.id == "many")
     kept_inputs = m.all_tests()["inputs"]
     assert len(m.public_tests["inputs"]) == 4 and len(kept_inputs) == 20
-    assert sorted(kept_inputs) == sorted(by_size[:5] + by_size[-15:])
+    # the authors' selection and order: the 5 shortest, then the 15 longest, longest first; first 4 public
+    assert kept_inputs == [inputs[i] for i in longest_first[-5:] + longest_first[:15]]
+    ok = next(p for p in kept if p.id == "ok")
+    assert ok.all_tests() == next(p for p in probs if p.id == "ok").all_tests()  # source order, no shuffle
     assert next(p for p in kept if p.id == "late-right").solutions[0] == good  # the verified one first
     again, _ = P.clean_taco(probs, seed=1, progress=False)
     assert [p.to_dict() for p in again] == [p.to_dict() for p in kept]  # seeded: deterministic

@@ -42,7 +42,10 @@ def test_history_keeps_text_after_think_for_thinking_models():
 def test_truncate():
     assert PR.truncate("a" * 400) == "a" * 400
     t = PR.truncate("a" * 200 + "b" * 50 + "c" * 200)
-    assert t == "a" * 200 + "...(truncated)..." + "c" * 200
+    assert t == "a" * 200 + "...(truncated) ..." + "c" * 200
+    # stripped first (the authors strip every field): surrounding whitespace neither shows nor counts
+    assert PR.truncate("\n  " + "a" * 400 + "  \n\n") == "a" * 400
+    assert PR.truncate(" " * 300 + "a" * 500 + "\n" * 300) == "a" * 200 + "...(truncated) ..." + "a" * 200
 
 
 def _r(status, stdout="", stderr="", returned=None):
@@ -52,15 +55,15 @@ def _r(status, stdout="", stderr="", returned=None):
 def test_feedback_shows_first_failing_public_test_only():
     tests = {"inputs": ["1 2\n", "3 4\n", "5 6\n"], "outputs": ["3\n", "7\n", "11\n"]}
     fb = PR.feedback_text([_r("passed"), _r("wrong_answer", "8\n"), _r("runtime_error", stderr="boom")], tests)
-    assert fb == "Input:\n3 4\n\nYour output:\n8\n\nExpected output:\n7\n"
+    assert fb == "Input:\n3 4\nYour output:\n8\nExpected output:\n7"
     fb = PR.feedback_text([_r("runtime_error", "partial\n", "Traceback...\nValueError: x"), _r("passed"), _r("passed")],
                           tests)
     assert "Input:\n1 2" in fb and "Your output:\npartial" in fb and "Error:\nTraceback...\nValueError: x" in fb
     assert PR.feedback_text([_r("timeout"), _r("passed"), _r("passed")], tests) == \
-        "Input:\n1 2\n\nThe program timed out after 4 seconds."
+        "Input:\n1 2\nThe program timed out after 4 seconds."
     assert PR.feedback_text([_r("passed")] * 3, tests) == PR.ALL_PUBLIC_PASSED
     long = PR.feedback_text([_r("wrong_answer", "x" * 1000)] + [_r("passed")] * 2, tests)
-    assert "x" * 200 + "...(truncated)..." + "x" * 200 in long
+    assert "x" * 200 + "...(truncated) ..." + "x" * 200 in long
     call = {"inputs": [[1, [2, 3]]], "outputs": [[5]], "fn_name": "f"}
     fb = PR.feedback_text([_r("wrong_answer", returned="[6]")], call)
     assert fb == "Input:\n1, [2, 3]\nYour output:\n[6]\nExpected output:\n[5]"
@@ -129,7 +132,7 @@ def test_rollout_turn_logic_feedback_and_metrics():
     assert s0["turns"][0]["pass_rate"] == pytest.approx(1 / 8)  # a - b is right for "0 0" only
     assert [t["program"] is None for t in s0["turns"]] == [False, False, True]
     assert s0["turns"][0]["public"][0] == {"status": "wrong_answer", "passed": False}
-    assert "Input:\n1 2\n\nYour output:\n-1\n\nExpected output:\n3\n" in s0["turns"][0]["feedback"]
+    assert "Input:\n1 2\nYour output:\n-1\nExpected output:\n3" in s0["turns"][0]["feedback"]  # fields stripped
     assert PR.ALL_PUBLIC_PASSED in s0["turns"][1]["feedback"]
     assert PR.NO_CODE in s0["turns"][2]["feedback"]
     assert [t["hidden_pass_rate"] for t in s1["turns"]] == [1.0, 0.0, 0.0]
@@ -224,3 +227,21 @@ def test_smollm2_two_demo_problems_two_turns(tmp_path):
     records = [json.loads(x) for x in (tmp_path / "trajectories.jsonl").read_text().splitlines()]
     assert len(records) == 2 and all(len(s["turns"]) == 3 for r in records for s in r["samples"])
     assert any(s["turns"][0]["program"] for r in records for s in r["samples"])  # the model does write code
+
+
+def test_thinking_models_are_scored_on_the_answer_kept_in_the_conversation():
+    # The authors score the conversation as stored: after </think>, cut to 6000 characters. A program that
+    # only the full response holds gets its feedback, but scores 0.
+    [p] = [p for p in load_problems("demo", verbose=False) if p.id == "demo/sum-two"]
+    ok = "a, b = map(int, input().split())\nprint(a + b)"
+    late = "<think>plan</think>" + "Explaining at length. " * 300 + code(ok, 0)  # the block starts past 6000
+    early = "<think>" + code("print(0)", 1) + "</think>" + code(ok, 1)  # a block in the thinking is not the answer
+    engine = ReplayEngine({p.id: {"question": p.question, "samples": [[late], [early]]}})
+    [[t0, t1]], _ = rollout([p], engine, samples=2, turns=0, thinking=True, progress=False)
+    assert t0["turns"][0]["program"].startswith("a, b") and t0["turns"][0]["scored_program"] is None
+    assert PR.ALL_PUBLIC_PASSED in t0["turns"][0]["feedback"]  # feedback ran the whole response's program
+    assert t0["turns"][0]["hidden_pass_rate"] == 0.0 and t0["turns"][0]["pass_rate"] == 0.0
+    assert "scored_program" not in t1["turns"][0] and t1["turns"][0]["hidden_pass_rate"] == 1.0
+    [[t0]], _ = rollout([p], ReplayEngine({p.id: {"question": p.question, "samples": [[late]]}}), samples=1,
+                        turns=0, thinking=False, progress=False)
+    assert t0["turns"][0]["hidden_pass_rate"] == 1.0  # non-thinking models keep the whole response

@@ -165,9 +165,23 @@ def test_timeouts_are_per_test_and_total_is_capped(isolation):
     assert 0.5 <= results[1].time_s < 1.0 and time.monotonic() - start < 3.0
     start = time.monotonic()
     results = run_tests(program, {"inputs": ["slow\n"] * 5, "outputs": ["ok\n"] * 5}, timeout_s=0.5,
-                        total_timeout_s=1.2, isolation=isolation)
+                        total_timeout_s=1.2, parallel_tests=1, isolation=isolation)
     assert [r.status for r in results] == ["timeout"] * 5
     assert time.monotonic() - start < 3.0
+
+
+def test_the_suite_budget_scales_with_the_tests_and_is_all_or_nothing(isolation):
+    # The authors: 4 tests at a time within 27 s, a program that runs out scores 0. Here: one at a time
+    # within total_timeout_s * min(4, tests), and a program that runs out fails every test.
+    program = "import time\ntime.sleep(float(input()))\nprint('ok')\n"
+    slow_but_fine = {"inputs": ["0.25\n"] * 12, "outputs": ["ok\n"] * 12}  # 3 s of tests, budget 4 x 1 s
+    results = run_tests(program, slow_but_fine, timeout_s=1.0, total_timeout_s=1.0, isolation=isolation)
+    assert [r.status for r in results] == ["passed"] * 12
+    too_slow = {"inputs": ["0.5\n"] * 12, "outputs": ["ok\n"] * 12}  # 6 s of tests
+    start = time.monotonic()
+    results = run_tests(program, too_slow, timeout_s=1.0, total_timeout_s=1.0, isolation=isolation)
+    assert [r.status for r in results] == ["timeout"] * 12 and pass_rate(results) == 0.0
+    assert "total time limit" in results[0].detail and time.monotonic() - start < 6.0
 
 
 CALL = {"inputs": [[1, 2], [3, 4]], "outputs": [3, 7], "fn_name": "add"}

@@ -24,10 +24,10 @@ def write_contexts(path, problems=None, short=False):
     return path
 
 
-def train(out, model, contexts, *extra, launcher=(sys.executable,)):
+def train(out, model, contexts, *extra, launcher=(sys.executable,), timeout=900):
     cmd = [*launcher, os.path.join(ROOT, "train.py"), "--model", model, "--contexts", str(contexts), "--out", str(out),
            "--engine", "hf", *extra]
-    return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=900)
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=timeout)
 
 
 def metrics(out):
@@ -133,3 +133,38 @@ def test_clear_errors(tiny_model_dir, tmp_path):
         proc = train(tmp_path / "o5", tiny_model_dir, write_contexts(tmp_path / "c2.jsonl", short=True),
                      "--engine", "vllm")
         assert proc.returncode != 0 and "needs a GPU" in proc.stderr
+
+
+def test_two_processes_drop_the_same_long_contexts_at_load(tiny_model_dir, tmp_path):
+    # Contexts too long for --max-prompt-tokens are dropped once at load, identically on every rank. (Were
+    # they dropped per step, one rank could run fewer micro-batches than the other and the gradient
+    # all-reduce would wait forever: this test would then time out.)
+    accelerate = shutil.which("accelerate", path=os.path.dirname(sys.executable))
+    if accelerate is None:
+        pytest.skip("accelerate's launcher is not installed")
+    ctx = write_contexts(tmp_path / "ctx.jsonl", short=True)
+    long_rows = [{"problem_id": f"long{i}", "messages": [{"role": "user", "content": "word " * 400}], "prev_best": 0.0,
+                  "turn": 0, "tests": {"inputs": ["1\n"], "outputs": ["1\n"]}} for i in range(3)]
+    with open(ctx, "a") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in long_rows))
+    proc = train(tmp_path / "ddp", tiny_model_dir, ctx, *SANITY, "--max-steps", "2", "--micro-batch-size", "4",
+                 "--max-prompt-tokens", "300", "--sanity-reward-tokens", target_tokens(tiny_model_dir),
+                 launcher=(accelerate, "launch", "--num_processes", "2", "--num_machines", "1", "--cpu",
+                           "--mixed_precision", "no", "--dynamo_backend", "no"), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "4 training contexts" in proc.stderr and "dropped as longer than 300 prompt tokens: 3 training" in proc.stderr
+    assert [m["dropped_long_contexts"] for m in metrics(tmp_path / "ddp")] == [3, 3]
+
+
+def test_perturbed_contexts_given_are_used():
+    sys.path.insert(0, ROOT)
+    from train import drop_long_contexts, mix_perturbed
+    clean, perturbed = [{"c": i} for i in range(6)], [{"p": i} for i in range(4)]
+    assert mix_perturbed(clean, perturbed, None, 0) == clean + perturbed  # default: all of them, as the paper
+    mixed = mix_perturbed(clean, perturbed, 0.25, 0)  # 2 perturbed : 6 clean
+    assert mixed[:6] == clean and len(mixed) == 8 and all("p" in c for c in mixed[6:])
+    for useless in (0.0, -0.1, 1.0, 0.01):  # a fraction that adds nothing (or everything) is an error
+        with pytest.raises(SystemExit):
+            mix_perturbed(clean, perturbed, useless, 0)
+    kept, dropped = drop_long_contexts([{"messages": "ab"}, {"messages": "abcdef"}], len, 4)
+    assert kept == [{"messages": "ab"}] and dropped == 1

@@ -1,0 +1,169 @@
+"""One GPU, a few minutes: does the GPU path of cobalt-min work here? Prints one JSON object.
+
+    python bench/gpu_check.py                   # one NVIDIA GPU, under 8 minutes; writes gpu_check.json too
+    python bench/gpu_check.py --dry-run         # CPU, tiny sizes: every step that does not need CUDA (tests)
+
+Nothing is downloaded: the model is a small random-weight Qwen3-like model saved to a local folder
+(bench/random_model.py), its LM head scaled so that greedy tokens do not hinge on rounding noise.
+Steps, each reported as {"ok": bool, ...} or {"skipped": why}:
+1. hf_greedy: the transformers engine's greedy tokens (temperature 0) for a few prompts.
+2. vllm_matches_hf: vLLM's greedy tokens on the same model and prompts equal the transformers ones.
+3. vllm_follows_weights: after a policy update (the LM head nudged), `VLLMEngine.load_weights` makes
+   vLLM's greedy tokens equal the updated model's again, and they differ from before.
+4. train_steps: 2 steps of train.py (--engine vllm where vLLM is installed, else --engine hf) on the
+   demo problems, to the final checkpoint.
+5. bench: bench/bench_gpu.py --quick (0.6B update MFU and memory; engine vs plain generate).
+Steps 2 and 3 need vLLM (`pip install vllm`, see README); without it they are skipped, saying so.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, ROOT)
+sys.path.insert(0, HERE)
+
+from random_model import make_random_chat_model  # noqa: E402
+
+from cobalt_min.generation import HFEngine, load_model  # noqa: E402
+from cobalt_min.prompts import first_turn_messages  # noqa: E402
+
+QUESTIONS = ["Read two integers and print their sum.", "Print the reverse of the input line.",
+             "Read n, then n numbers; print the largest.", "Print Hello, World!"]
+
+
+def step(results, name, fn):
+    """Run one check, record its outcome (an exception is a failed check, not a crash)."""
+    start = time.perf_counter()
+    try:
+        results[name] = fn()
+    except Exception as e:  # noqa: BLE001 - reported in the JSON
+        results[name] = {"ok": False, "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-2000:]}
+    results[name]["seconds"] = round(time.perf_counter() - start, 1)
+    print(f"{name}: {json.dumps({k: v for k, v in results[name].items() if k != 'traceback'})[:300]}", file=sys.stderr)
+
+
+def greedy(engine, prompts, new_tokens):
+    return [c[0].token_ids for c in engine.sample(prompts, n=1, temperature=0.0, max_new_tokens=new_tokens, seed=0)]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dry-run", action="store_true", help="CPU and tiny sizes; the CUDA-only steps are skipped")
+    ap.add_argument("--json", default="gpu_check.json", help="also write the result here (default gpu_check.json)")
+    ap.add_argument("--work", default=None, help="folder for the model and runs (default: a temporary one)")
+    args = ap.parse_args()
+    cuda = torch.cuda.is_available() and not args.dry_run
+    if not cuda and not args.dry_run:
+        raise SystemExit("error: no CUDA GPU here; run with --dry-run to check everything else on the CPU")
+    device = "cuda" if cuda else "cpu"
+    have_vllm = cuda and __import__("importlib").util.find_spec("vllm") is not None
+    work = args.work or tempfile.mkdtemp(prefix="cobalt-gpu-check-")
+    size = dict(layers=2, hidden=64, heads=4, kv_heads=2) if args.dry_run else dict(layers=4, hidden=512, heads=8,
+                                                                                        kv_heads=4, head_dim=64)
+    new_tokens = 8 if args.dry_run else 48
+    model_dir = make_random_chat_model(os.path.join(work, "model"), family="qwen3", logit_scale=40.0,
+                                       dtype=torch.float32, **size)
+    results = {"device": torch.cuda.get_device_name() if cuda else "cpu (dry run)", "torch": torch.__version__,
+               "vllm_installed": have_vllm, "model": model_dir}
+    import transformers
+    results["transformers"] = transformers.__version__
+    tokenizer, model = load_model(model_dir, dtype=torch.float32, device=device)
+    hf = HFEngine(model_dir, model=model, tokenizer=tokenizer, device=device)
+    prompts = [hf.prompt_ids(first_turn_messages(q)) for q in QUESTIONS]
+    state = {}
+
+    def hf_greedy():
+        state["before"] = greedy(hf, prompts, new_tokens)
+        # greedy through the engine == greedy through plain `generate` (both argmax of the same logits)
+        ids = torch.tensor([prompts[0]], device=device)
+        plain = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                               max_new_tokens=new_tokens, pad_token_id=tokenizer.pad_token_id)[0, len(prompts[0]):]
+        same = plain.tolist()[:len(state["before"][0])] == state["before"][0]
+        return {"ok": same and all(len(t) > 0 for t in state["before"]), "tokens": [len(t) for t in state["before"]],
+                "equals_plain_generate": same}
+    step(results, "hf_greedy", hf_greedy)
+
+    vllm_engine = {}
+
+    def vllm_matches_hf():
+        if not have_vllm:
+            return {"skipped": "vLLM is not installed" if cuda else "dry run (no CUDA)"}
+        from cobalt_min.generation import VLLMEngine
+        vllm_engine["e"] = VLLMEngine(model_dir, gpu_memory_utilization=0.3, dtype="float32", seed=0)
+        got = greedy(vllm_engine["e"], prompts, new_tokens)
+        equal = sum(a == b for a, b in zip(got, state["before"]))
+        return {"ok": equal == len(prompts), "prompts_equal": f"{equal}/{len(prompts)}"}
+    step(results, "vllm_matches_hf", vllm_matches_hf)
+
+    def vllm_follows_weights():
+        with torch.no_grad():  # a policy update: nudge the LM head until greedy tokens change
+            g = torch.Generator(device="cpu").manual_seed(1)
+            head = model.get_output_embeddings().weight
+            head.add_(torch.randn(head.shape, generator=g).to(head) * head.std() * 0.5)
+        after = greedy(hf, prompts, new_tokens)
+        changed = sum(a != b for a, b in zip(after, state["before"]))
+        if "e" not in vllm_engine:
+            return {"skipped": "needs vLLM (step 2)", "hf_tokens_changed": f"{changed}/{len(prompts)}"}
+        vllm_engine["e"].load_weights(model)
+        got = greedy(vllm_engine["e"], prompts, new_tokens)
+        equal = sum(a == b for a, b in zip(got, after))
+        return {"ok": equal == len(prompts) and changed > 0, "prompts_equal_after_update": f"{equal}/{len(prompts)}",
+                "hf_tokens_changed": f"{changed}/{len(prompts)}"}
+    step(results, "vllm_follows_weights", vllm_follows_weights)
+    if "e" in vllm_engine:
+        del vllm_engine["e"]
+    del model, hf
+    if cuda:
+        torch.cuda.empty_cache()
+
+    def train_steps():
+        from cobalt_min.jsonl import write_jsonl
+        from cobalt_min.problems import load_problems
+        contexts = os.path.join(work, "contexts.jsonl")
+        write_jsonl(contexts, [{"problem_id": p.id, "messages": first_turn_messages(p.question), "prev_best": 0.0,
+                                "turn": 0, "tests": p.all_tests()} for p in load_problems("demo", limit=4, verbose=False)])
+        out = os.path.join(work, "train")
+        engine = "vllm" if have_vllm else "hf"
+        cmd = [sys.executable, os.path.join(ROOT, "train.py"), "--model", model_dir, "--contexts", contexts, "--out", out,
+               "--engine", engine, "--batch-size", "2", "--group-size", "4", "--max-new-tokens", str(2 * new_tokens),
+               "--max-steps", "2", "--micro-batch-size", "4", "--save-every", "2", "--lr", "1e-5"]
+        if args.dry_run:
+            cmd += ["--mixed-precision", "no"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=600)
+        metrics = [json.loads(x) for x in open(os.path.join(out, "metrics.jsonl"))] if proc.returncode == 0 else []
+        return {"ok": proc.returncode == 0 and len(metrics) == 2 and os.path.exists(os.path.join(out, "final", "config.json")),
+                "engine": engine, "step_s": [m["step_s"] for m in metrics],
+                "stderr_tail": proc.stderr[-1500:] if proc.returncode else ""}
+    step(results, "train_steps", train_steps)
+
+    def bench():
+        path = os.path.join(work, "bench_gpu.json")
+        cmd = [sys.executable, os.path.join(HERE, "bench_gpu.py"), "--json", path]
+        cmd += ["--tiny", "--device", "cpu"] if args.dry_run else ["--quick"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        if proc.returncode != 0:
+            return {"ok": False, "stderr_tail": proc.stderr[-1500:]}
+        return {"ok": True, **json.load(open(path))}
+    step(results, "bench", bench)
+
+    checks = [v for k, v in results.items() if isinstance(v, dict) and "ok" in v]
+    results["all_ok"] = all(v["ok"] for v in checks)
+    text = json.dumps(results, indent=2)
+    if args.json:
+        with open(args.json, "w") as f:
+            f.write(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

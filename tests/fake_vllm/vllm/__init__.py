@@ -1,0 +1,47 @@
+"""A stand-in for the vllm package (tests only; vLLM needs a GPU): LLM and SamplingParams record the
+arguments they are given in $FAKE_VLLM_LOG/rank<RANK>.json and answer with fixed completions."""
+import json
+import os
+from types import SimpleNamespace
+
+_LOG = {"llm": None, "sampling": [], "rpc": [], "reset_prefix_cache": 0}
+
+
+def _save():
+    path = os.path.join(os.environ["FAKE_VLLM_LOG"], f"rank{os.environ.get('RANK', '0')}.json")
+    with open(path, "w") as f:
+        json.dump(_LOG, f)
+
+
+class SamplingParams:
+    def __init__(self, **kwargs):
+        self.kwargs = kwargs
+
+
+class LLM:
+    def __init__(self, model, **kwargs):
+        from transformers import AutoTokenizer
+        _LOG["llm"] = dict(kwargs, model=model, env_multiprocessing=os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING"))
+        self._tokenizer = AutoTokenizer.from_pretrained(model)
+        _save()
+
+    def get_tokenizer(self):
+        return self._tokenizer
+
+    def generate(self, prompts, params, use_tqdm=True):
+        params = params if isinstance(params, list) else [params] * len(prompts)
+        _LOG["sampling"].append([p.kwargs for p in params])
+        _save()
+        return [SimpleNamespace(outputs=[SimpleNamespace(text="```python\nprint(1)\n```", token_ids=[1, 2],
+                                                         finish_reason="stop") for _ in range(p.kwargs["n"])])
+                for p in params]
+
+    def collective_rpc(self, method, kwargs=None, **_):
+        names = [name for name, _ in kwargs["weights_iterator"]]
+        _LOG["rpc"].append({"method": method, "names": names, "is_checkpoint_format": kwargs["is_checkpoint_format"]})
+        _save()
+
+    def reset_prefix_cache(self):
+        _LOG["reset_prefix_cache"] += 1
+        _save()
+        return True

@@ -1,0 +1,49 @@
+"""The accelerate configs under configs/ (the README's multi-GPU recipes) parse, and accelerate's
+launcher turns each into the environment train.py's processes start with; bench/gpu_check.py runs on
+the CPU in its dry-run mode."""
+import os
+
+import pytest
+from accelerate.commands.config.config_args import load_config_from_file
+from accelerate.commands.launch import _validate_launch_command, launch_command_parser
+from accelerate.utils.launch import prepare_multi_gpu_env
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXPECTED = {"single_gpu": ("NO", 1), "ddp": ("MULTI_GPU", 4), "fsdp_8b": ("FSDP", 4)}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_accelerate_configs_parse(name):
+    path = os.path.join(ROOT, "configs", f"{name}.yaml")
+    config = load_config_from_file(path)
+    kind, processes = EXPECTED[name]
+    assert config.distributed_type.value == kind and config.num_processes == processes
+    assert config.mixed_precision == "bf16"
+    if kind == "NO":
+        return
+    parsed = _validate_launch_command(launch_command_parser().parse_args(["--config_file", path, "train.py"]))
+    args = parsed[0] if isinstance(parsed, tuple) else parsed
+    env = prepare_multi_gpu_env(args)
+    assert env["ACCELERATE_MIXED_PRECISION"] == "bf16" and args.num_processes == processes
+    if kind == "FSDP":
+        assert env["ACCELERATE_USE_FSDP"] == "true" and env["FSDP_SHARDING_STRATEGY"] == "FULL_SHARD"
+        assert env["FSDP_TRANSFORMER_CLS_TO_WRAP"] == "Qwen3DecoderLayer"
+        from transformers.models.qwen3 import modeling_qwen3  # the layer class the config wraps exists
+        assert hasattr(modeling_qwen3, env["FSDP_TRANSFORMER_CLS_TO_WRAP"])
+
+
+def test_gpu_check_dry_run_on_cpu(tmp_path):
+    # Everything of bench/gpu_check.py that does not need CUDA, so that its GPU run works the first time.
+    import json
+    import subprocess
+    import sys
+    out = tmp_path / "check.json"
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "gpu_check.py"), "--dry-run", "--json", str(out),
+                           "--work", str(tmp_path / "work")], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result == json.loads(proc.stdout)  # one JSON object on stdout, the same in the file
+    assert result["all_ok"], {k: v for k, v in result.items() if isinstance(v, dict) and not v.get("ok", True)}
+    assert result["hf_greedy"]["equals_plain_generate"] and result["train_steps"]["step_s"]
+    assert "skipped" in result["vllm_matches_hf"] and "skipped" in result["vllm_follows_weights"]
+    assert result["bench"]["generation"] and result["bench"]["updates"]

@@ -1,0 +1,110 @@
+"""The transformers engine samples exactly softmax(logits / T) within top-p, one random stream per
+request, whatever the batch, the padding, the KV cache or the model's generation_config."""
+import torch
+
+from cobalt_min.generation import HFEngine, request_seeds, sample_tokens
+
+
+def test_sample_tokens_draws_the_nucleus_distribution_exactly():
+    logits = torch.tensor([[2.0, 1.0, 0.5, -1.0, 0.0]])
+    n = 20000
+    uniforms = (torch.arange(n, dtype=torch.float64) + 0.5) / n  # an even grid: counts = n * probabilities
+    for temperature, top_p in [(1.0, 1.0), (0.7, 1.0), (1.0, 0.8), (1.3, 0.5)]:
+        probs = torch.softmax(logits[0] / temperature, -1)
+        ranked = probs.argsort(descending=True).tolist()
+        kept, mass = [], 0.0
+        for t in ranked:  # the smallest set of most likely tokens whose mass reaches top_p
+            kept.append(t)
+            mass += probs[t].item()
+            if mass >= top_p:
+                break
+        expected = torch.zeros_like(probs)
+        expected[kept] = probs[kept] / probs[kept].sum()
+        picks = sample_tokens(logits.expand(n, -1), uniforms, temperature, top_p)
+        counts = torch.bincount(picks, minlength=5).double() / n
+        assert torch.allclose(counts, expected.double(), atol=2 / n), (temperature, top_p, counts, expected)
+    assert sample_tokens(logits, torch.tensor([0.99]), 0.0, 0.5).tolist() == [0]  # temperature 0: argmax
+
+
+def reference_sample(model, prompt, seed, temperature, top_p, max_new_tokens, eos):
+    """The definition: one sequence, no padding, no cache, a full forward per token."""
+    generator = torch.Generator().manual_seed(seed)
+    ids, out = list(prompt), []
+    with torch.no_grad():
+        for _ in range(max_new_tokens):
+            logits = model(input_ids=torch.tensor([ids])).logits[:, -1]
+            u = torch.rand((), generator=generator).reshape(1)
+            t = sample_tokens(logits, u, temperature, top_p).item()
+            out.append(t)
+            ids.append(t)
+            if t in eos:
+                break
+    return out
+
+
+def _prompts(engine):
+    convs = [[{"role": "user", "content": text}] for text in ("a", "a much longer question here", "mid one")]
+    return [engine.prompt_ids(c) for c in convs]
+
+
+def test_engine_samples_equal_the_definition_whatever_the_batch(tiny_model_dir):
+    engine = HFEngine(tiny_model_dir, device="cpu", batch_size=8)
+    prompts = _prompts(engine)
+    kw = dict(n=3, temperature=1.0, top_p=0.9, max_new_tokens=12, seed=5)
+    batched = engine.sample(prompts, **kw)
+    engine.batch_size = 1
+    assert [[c.token_ids for c in cs] for cs in engine.sample(prompts, **kw)] == \
+        [[c.token_ids for c in cs] for cs in batched]
+    seeds = request_seeds(5, len(prompts), 3)
+    for i, prompt in enumerate(prompts):
+        for j in range(3):
+            ref = reference_sample(engine.model, prompt, seeds[i] + j, 1.0, 0.9, 12, engine.eos_ids)
+            assert batched[i][j].token_ids == ref, (i, j)
+
+
+def test_engine_ignores_the_models_generation_config(tiny_model_dir):
+    engine = HFEngine(tiny_model_dir, device="cpu")
+    prompts = _prompts(engine)[:1]
+    kw = dict(n=6, temperature=1.0, top_p=1.0, max_new_tokens=8, seed=1)
+    plain = [c.token_ids for c in engine.sample(prompts, **kw)[0]]
+    engine.model.generation_config.top_k = 1  # would make every sample the greedy one
+    engine.model.generation_config.repetition_penalty = 5.0
+    assert [c.token_ids for c in engine.sample(prompts, **kw)[0]] == plain
+    assert len({tuple(t) for t in plain}) > 1
+
+
+def test_identical_requests_get_their_own_random_streams(tiny_model_dir):
+    engine = HFEngine(tiny_model_dir, device="cpu")
+    prompt = _prompts(engine)[0]
+    outs = engine.sample([prompt] * 4, n=1, temperature=1.0, top_p=1.0, max_new_tokens=8, seed=3)
+    assert len({tuple(o[0].token_ids) for o in outs}) == 4
+    assert engine.sample([prompt] * 4, n=1, temperature=1.0, top_p=1.0, max_new_tokens=8, seed=3) == outs
+    assert len(set(request_seeds(3, 4, 1))) == 4 and request_seeds(3, 2, 5)[1] == request_seeds(3, 2, 5)[0] + 5
+
+
+def test_vllm_engines_join_a_distributed_launch_one_per_rank(tiny_model_dir, tmp_path):
+    # Two CPU processes launched as accelerate/torchrun launch train.py's ranks, with a stand-in vllm
+    # module: each rank's engine must join the launch (external_launcher: its own GPU, not GPU 0), seed per
+    # data rank, one seed per request, and receive the weights on its own rank.
+    import json
+    import os
+    import subprocess
+    import sys
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, FAKE_VLLM_LOG=str(tmp_path),
+               PYTHONPATH=os.pathsep.join([os.path.join(here, "fake_vllm"), os.path.dirname(here)]))
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                           "--master_port", "29531", os.path.join(here, "vllm_ranks.py"), tiny_model_dir],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    logs = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    for rank, log in enumerate(logs):
+        assert log["llm"]["distributed_executor_backend"] == "external_launcher"
+        assert log["llm"]["seed"] == rank and log["llm"]["tensor_parallel_size"] == 1
+        [call] = log["sampling"]
+        assert [p["seed"] for p in call] == request_seeds(rank, 3, 2)  # one SamplingParams per request
+        assert all(p["n"] == 2 and p["max_tokens"] == 5 for p in call)
+        [rpc] = log["rpc"]
+        assert rpc["method"] == "reload_weights" and "model.embed_tokens.weight" in rpc["names"]
+        assert log["reset_prefix_cache"] == 1
+    assert logs[0]["sampling"][0][0]["seed"] != logs[1]["sampling"][0][0]["seed"]
