@@ -285,7 +285,7 @@ def bwrap_available() -> bool:
         ok = False
         if path:
             try:
-                probe = subprocess.run(_bwrap_prefix(Limits()) + [sys.executable, "-I", "-c", "pass"],
+                probe = subprocess.run(_bwrap_prefix(Limits(), scratch_folder(_python_paths())) + [sys.executable, "-I", "-c", "pass"],
                                        capture_output=True, timeout=30)
                 ok = probe.returncode == 0
             except (OSError, subprocess.TimeoutExpired):
@@ -362,7 +362,18 @@ def _python_paths() -> list[str]:
     return [p for p in keep if not any(p != q and p.startswith(q.rstrip("/") + "/") for q in keep)]
 
 
-def _bwrap_prefix(limits: Limits) -> list[str]:
+def scratch_folder(python_paths: list[str]) -> str:
+    """Where programs run inside bwrap or the namespaced process mode (their cwd, HOME and TMPDIR): a
+    private size-capped tmpfs that holds nothing else, emptied after every test. /tmp, unless the
+    Python install lies under it (a checkout or venv in /tmp): its mount points would then sit in the
+    programs' folder, where no clean-up can remove them, so another folder."""
+    for folder in ("/tmp", "/scratch", "/cobalt-scratch"):
+        if not any(p == folder or p.startswith(folder + "/") for p in python_paths):
+            return folder
+    raise SandboxError("the Python install lies under /tmp, /scratch and /cobalt-scratch: no scratch folder left")
+
+
+def _bwrap_prefix(limits: Limits, scratch: str) -> list[str]:
     # /dev: bwrap's minimal one, read-only but for a size-capped /dev/shm (cleaned after each test).
     args = [shutil.which("bwrap") or "bwrap", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
             "--die-with-parent", "--new-session", "--clearenv",
@@ -379,10 +390,8 @@ def _bwrap_prefix(limits: Limits) -> list[str]:
     for f in ("/etc/ld.so.cache", "/etc/localtime", "/etc/alternatives"):
         if os.path.exists(f):
             args += ["--ro-bind", f, f]
-    # The private /tmp comes BEFORE the Python folders: a venv under /tmp (a checkout in /tmp) must be
-    # bound on top of it, not hidden by it.
-    args += ["--size", str(limits.tmp_mb << 20), "--perms", "1777", "--tmpfs", "/tmp"]
-    made = {"/", "/usr", "/proc", "/dev", "/tmp"}
+    args += ["--size", str(limits.tmp_mb << 20), "--perms", "1777", "--tmpfs", scratch]
+    made = {"/", "/usr", "/proc", "/dev", scratch}
     for p in _python_paths():
         parts = Path(p).parts
         for i in range(2, len(parts)):  # world-traversable parents, whatever the host's modes
@@ -392,8 +401,10 @@ def _bwrap_prefix(limits: Limits) -> list[str]:
                 args += ["--perms", "0755", "--dir", parent]
         if p not in made and not p.startswith("/usr/"):
             args += ["--ro-bind", p, p]
-    args += ["--chdir", "/tmp"]
-    for name, value in _runner_env("/tmp").items():
+    # Everything else is read-only: without root, bwrap's root folder belongs to you inside its user
+    # namespace, and a file a program left in it would be there for every later program.
+    args += ["--remount-ro", "/", "--chdir", scratch]
+    for name, value in _runner_env(scratch).items():
         args += ["--setenv", name, value]
     if os.geteuid() == 0:  # the runner needs these two to drop to the sandbox uid, then has none
         args += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
@@ -478,10 +489,12 @@ class Sandbox:
         if self.isolation == "bwrap":
             # bwrap itself gets the clean environment too: without root its pid 1 runs as you, and a
             # program can read /proc/1/environ.
-            settings["tmp"], cmd, env = "/tmp", _bwrap_prefix(self.limits), _runner_env("/tmp")
+            scratch = scratch_folder(_python_paths())
+            settings["tmp"], cmd, env = scratch, _bwrap_prefix(self.limits, scratch), _runner_env(scratch)
         elif self.namespaces:
-            settings.update(tmp="/tmp", root=self._tmp, tmp_mb=self.limits.tmp_mb, python_paths=_python_paths())
-            cmd, env = [], _runner_env("/tmp")
+            scratch = scratch_folder(_python_paths())
+            settings.update(tmp=scratch, root=self._tmp, tmp_mb=self.limits.tmp_mb, python_paths=_python_paths())
+            cmd, env = [], _runner_env(scratch)
         else:
             settings["tmp"], cmd, env = self._tmp, [], _runner_env(self._tmp)
         if self._report_fd is None:

@@ -162,9 +162,9 @@ def make_root(settings):
         _mount(path, target, None, MS_BIND | MS_REC)
         if not writable:
             _mount(None, target, None, ro)
-    # The writable tmpfs folders come first: a Python install under /tmp is then bound on top of it.
+    # The writable tmpfs folders: the scratch folder (never one that holds the Python install) and /dev/shm.
     small = f"size={settings['tmp_mb']}m,nr_inodes=65536,mode=1777"
-    for path in ("/tmp", "/dev/shm"):
+    for path in (settings["tmp"], "/dev/shm"):
         os.makedirs(new + path)
         _mount("tmpfs", new + path, "tmpfs", MS_NOSUID | MS_NODEV, small)
     for name in ("bin", "lib", "lib32", "lib64", "sbin", "usr"):

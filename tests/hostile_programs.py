@@ -93,6 +93,9 @@ def programs(canary_dir: str, port: int, marker: str) -> dict:
         "poison_scratch": (POISON, {"inputs": [x for cmd in ("chmod000", "chmod300", "chmod500", "rmdir", "deep")
                                                for x in (cmd, "check")],
                                     "outputs": ["done\n", "ok 0\n"] * 5}),
+        # Leave a file anywhere outside the scratch folder (the root folder, the folders above the Python
+        # install, ...) for the next test to find: everything but the scratch folder is read-only.
+        "plant_outside": (PLANT, {"inputs": ["plant", "find"], "outputs": ["done\n", "0\n"]}),
         # Keep a key in the user keyring (it outlives processes) for a later program to find.
         "keyring_cache": (KEYRING, {"inputs": ["store", "find"], "outputs": ["stored\n", "found\n"]}),
     }
@@ -184,6 +187,31 @@ else:
             os.chdir('dddddddddd')
         open('bottom', 'w').write('x')
     print('done')
+"""
+
+PLANT = r"""
+import os
+here = os.getcwd()
+folders = ['/']
+for top in sorted(os.listdir('/')):
+    path = '/' + top
+    if top in ('proc', 'sys', 'usr') or path == here or not os.path.isdir(path) or os.path.islink(path):
+        continue
+    folders.append(path)
+    try:
+        folders += [os.path.join(path, n) for n in os.listdir(path) if os.path.isdir(os.path.join(path, n))]
+    except OSError:
+        pass
+folders = [f for f in folders if not (f + '/').startswith(here + '/')]
+if input() == 'plant':
+    for f in folders:
+        try:
+            open(os.path.join(f, 'planted-by-a-test'), 'w').write('x')
+        except OSError:
+            pass
+    print('done')
+else:
+    print(sum(os.path.exists(os.path.join(f, 'planted-by-a-test')) for f in folders))
 """
 
 KEYRING = r"""

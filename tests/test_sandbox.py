@@ -472,3 +472,15 @@ def test_the_scratch_folder_is_emptied_whatever_its_depth_and_modes(tmp_path):
     os.chmod(tmp_path / "closed", 0)
     empty_folder(str(tmp_path))
     assert os.listdir(tmp_path) == []
+
+
+def test_the_programs_folder_holds_nothing_but_their_files(isolation):
+    # A checkout or venv under /tmp is bound into the sandbox: its mount point must never sit in the
+    # programs' folder (it showed there, and no clean-up could remove it).
+    from cobalt_min.sandbox import scratch_folder
+    assert scratch_folder(["/usr/lib/python3.11", "/root/.venv"]) == "/tmp"
+    assert scratch_folder(["/tmp/ci/.venv", "/usr/lib/python3.11"]) == "/scratch"
+    assert scratch_folder(["/tmp/a", "/scratch/b"]) == "/cobalt-scratch"
+    program = "import os\nprint(sorted(os.listdir('.')))\nopen('mine.txt', 'w').write('x')\n"
+    results = run_tests(program, {"inputs": ["", ""], "outputs": ["[]\n", "[]\n"]}, isolation=isolation)
+    assert [r.status for r in results] == ["passed", "passed"], results

@@ -186,6 +186,12 @@ def test_a_poisoned_scratch_folder_is_restored(hostile):
     _check_contained(run, "poison_scratch", n_tests=10)
 
 
+def test_nothing_outside_the_scratch_folder_is_writable(hostile):
+    run, _ = hostile
+    assert _statuses(run, "plant_outside") == ["passed", "passed"], run["plant_outside"]["results"]
+    _check_contained(run, "plant_outside")
+
+
 def test_no_state_survives_in_the_kernel_keyring(hostile):
     run, _ = hostile
     results = run["keyring_cache"]["results"]
