@@ -41,7 +41,8 @@ from accelerate.utils import DistributedType, set_seed
 from tqdm.auto import tqdm
 
 from cobalt_min.generation import HFEngine, chat_prompt_ids, find_smollm2_gguf, load_model, vllm_usable
-from cobalt_min.grpo import LogprobModel, group_advantages, pack_sequences, policy_loss
+from cobalt_min.grpo import group_advantages, policy_loss
+from cobalt_min.logprobs import LogprobModel, SequenceBatch, pack_groups
 from cobalt_min.jsonl import append_jsonl, read_jsonl
 from cobalt_min.prompts import extract_code
 from cobalt_min.rewards import correctness_reward, training_reward, validation_reward
@@ -201,11 +202,15 @@ def checkpoints(out: Path) -> list[Path]:
     return sorted((out / "checkpoints").glob("step_*"), key=lambda p: int(p.name.split("_")[1]))
 
 
-def batched_logprobs(model, ids, att, comp_mask, temperature, micro_batch):
-    """Token log-probs of every sequence, `micro_batch` sequences per forward (no gradient)."""
+def batched_logprobs(model, batch: SequenceBatch, temperature, micro_batch) -> torch.Tensor:
+    """Completion token log-probs of every row, `micro_batch` rows per forward (no gradient) -> (R, C)."""
+    out = torch.zeros(batch.completion_ids.shape, dtype=torch.float32, device=batch.completion_ids.device)
     with torch.no_grad():
-        return torch.cat([model(ids[i:i + micro_batch], att[i:i + micro_batch], comp_mask[i:i + micro_batch],
-                                temperature) for i in range(0, ids.shape[0], micro_batch)])
+        for i in range(0, out.shape[0], micro_batch):
+            rows = torch.arange(i, min(i + micro_batch, out.shape[0]), device=out.device)
+            logp = model(*batch.rows(rows).fields(), temperature)
+            out[rows, :logp.shape[1]] = logp
+    return out
 
 
 def mean(xs):
@@ -344,16 +349,16 @@ def main(argv=None):
 
         # ============================================================== 5. sequences, old and reference log-probs
         t = time.perf_counter()
-        seq_prompts = [prompts[b] for b, _ in flat]
-        seq_completions = [comp.token_ids if comp.token_ids else [tokenizer.eos_token_id] for _, comp in flat]
-        ids, att, comp_mask = pack_sequences(seq_prompts, seq_completions, tokenizer.pad_token_id,
-                                             device=accelerator.device)
-        n_seq, mb = ids.shape[0], args.micro_batch_size
+        # Each context's prompt is stored once; its G completions attend to it (logprobs.completion_logprobs).
+        completions_ids = [comp.token_ids if comp.token_ids else [tokenizer.eos_token_id] for _, comp in flat]
+        batch_seqs = pack_groups(prompts, completions_ids, [b for b, _ in flat], tokenizer.pad_token_id,
+                                 device=accelerator.device)  # prompts (B, P); completions (B*G, C)
+        n_seq, mb = len(flat), args.micro_batch_size
         old_logp = ref_logp = None
         if args.mini_batches > 1:  # more than one optimizer step per batch: ratios need the sampling policy
-            old_logp = batched_logprobs(wrapped, ids, att, comp_mask, args.temperature, mb)
+            old_logp = batched_logprobs(wrapped, batch_seqs, args.temperature, mb)  # (B*G, C)
         if ref is not None:
-            ref_logp = batched_logprobs(ref, ids, att, comp_mask, args.temperature, mb)
+            ref_logp = batched_logprobs(ref, batch_seqs, args.temperature, mb)  # (B*G, C)
         timings["logprob_s"] = time.perf_counter() - t
 
         # ============================================================== 6. mini-batch updates
@@ -366,15 +371,20 @@ def main(argv=None):
         for mini in minis:
             # token-mean over the whole mini-batch on all ranks: DDP averages gradients over W ranks,
             # so each rank divides by (global tokens / W).
-            n_tok = comp_mask[mini].sum().float()
+            n_tok = batch_seqs.completion_mask[mini.to(accelerator.device)].sum().float()
             global_tok = accelerator.reduce(n_tok.clone(), reduction="sum").item()
             denom = max(1.0, global_tok / W)
+            # Rows of one context next to each other, so that a micro-batch runs each prompt once (the
+            # mini-batch's gradient is the same sum whatever the order of its micro-batches).
+            mini = mini[torch.argsort(batch_seqs.prompt_index.cpu()[mini], stable=True)]
             for i in range(0, len(mini), mb):
                 idx = mini[i:i + mb].to(accelerator.device)
-                logp = wrapped(ids[idx], att[idx], comp_mask[idx], args.temperature)
-                old = old_logp[idx] if old_logp is not None else logp.detach()
-                loss, m = policy_loss(logp, old, ref_logp[idx] if ref_logp is not None else None, adv_dev[idx],
-                                      comp_mask[idx], clip_low=args.clip_low, clip_high=args.clip_high,
+                micro = batch_seqs.rows(idx)
+                width = micro.completion_ids.shape[1]
+                logp = wrapped(*micro.fields(), args.temperature)  # (mb, width)
+                old = old_logp[idx, :width] if old_logp is not None else logp.detach()
+                loss, m = policy_loss(logp, old, ref_logp[idx, :width] if ref_logp is not None else None, adv_dev[idx],
+                                      micro.completion_mask, clip_low=args.clip_low, clip_high=args.clip_high,
                                       dual_clip=args.dual_clip, kl_coef=args.kl_coef, kl_estimator=args.kl_estimator,
                                       agg=args.agg, denominator=denom if args.agg == "token-mean" else None)
                 if args.agg != "token-mean":  # sequence means: weight each micro-batch by its share of sequences
@@ -406,7 +416,7 @@ def main(argv=None):
                                                              device=accelerator.device))
         zero_std = accelerator.gather_for_metrics((rewards.std(1) == 0).float().to(accelerator.device))
         len_all, trunc_all = accelerator.gather_for_metrics(lengths), accelerator.gather_for_metrics(truncated)
-        n_tokens = float(att.sum())
+        n_tokens = float(batch_seqs.prompt_mask.sum(1)[batch_seqs.prompt_index].sum() + batch_seqs.completion_mask.sum())
         metrics = {"step": step, "epoch": epoch, "reward_mean": r_all.mean().item(), "reward_std": r_all.std().item()
                    if r_all.numel() > 1 else 0.0, "pass_rate": pr_all.mean().item(),
                    "all_tests_passed": (pr_all >= 1).float().mean().item(), "zero_std_groups": zero_std.mean().item(),

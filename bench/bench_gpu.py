@@ -78,7 +78,8 @@ def model_flops(model, batch, prompt, completion):
 
 
 def bench_update(name, device, vocab, batch, prompt, completion, checkpointing, repeats):
-    from cobalt_min.grpo import policy_loss, token_logprobs
+    from cobalt_min.grpo import policy_loss
+    from cobalt_min.logprobs import token_logprobs
     model = build(name, device, vocab)
     if checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

@@ -8,10 +8,13 @@
 2. One training update as train.py does it (policy log-probs with grad, reference log-probs,
    policy_loss, backward, AdamW step) vs a bare forward + backward of the same model on the same
    tokens (Hugging Face loss). Target: <= 1.5x the bare time.
-3. With --vs-trl (only if the trl package is installed; never a requirement): one full train.py step
+3. With --vs-trl (only if the trl package is installed; never a requirement): train.py's GRPO step
    against TRL's GRPOTrainer at equal settings (SmolLM2-135M as a plain folder, 2 prompts x 4 samples
-   x 128 new tokens, CPU, same clip / KL (k3, as TRL) / token-mean settings, the same execution-free
-   reward). Target: <= 0.75x TRL's time.
+   x <= 128 new tokens, CPU, same clip / KL (k3, as TRL) / token-mean settings, the same execution-free
+   reward, gradient checkpointing off on both sides, then on on both). The sides sample different
+   completions (different lengths), so time per completion token is compared; each side runs 3 steps
+   in its own process (the first step is not counted), alternating over --vs-trl-rounds rounds;
+   printed: the median ratio with its range and each side's peak RSS. Target: <= 0.5x TRL.
 Each measurement runs in its own process, so peak memory is that measurement's alone (CPU: peak RSS
 above the process's baseline; GPU: torch.cuda.max_memory_allocated).
 """
@@ -55,7 +58,8 @@ def peak_bytes(args, baseline):
 
 def measure(kind, args, queue):
     import torch
-    from cobalt_min.grpo import naive_token_logprobs, policy_loss, token_logprobs
+    from cobalt_min.grpo import policy_loss
+    from cobalt_min.logprobs import naive_token_logprobs, token_logprobs
     torch.set_num_threads(args.threads)
     model, ids, att, comp = build(args)
     if args.device == "cuda":
@@ -137,8 +141,24 @@ def digit_ids(tokenizer):
     return sorted({tokenizer.convert_tokens_to_ids(d) for d in "0123456789"})
 
 
-def run_trl(model_dir, contexts, queue):
-    """TRL's GRPOTrainer with train.py's loss settings; per-step wall time from a callback."""
+def run_ours(argv, queue):
+    """train.py in this (spawned) process: per step, seconds and completion tokens; the process's peak RSS."""
+    import torch
+    sys.argv = ["train.py"] + argv
+    import train
+    torch.set_num_threads(os.cpu_count() or 1)
+    train.main(argv)
+    out = [argv[i + 1] for i, a in enumerate(argv) if a == "--out"][0]
+    steps = [json.loads(x) for x in open(os.path.join(out, "metrics.jsonl"))]
+    g = VS_TRL["group"] * VS_TRL["prompts"]
+    queue.put({"step_s": [m["step_s"] for m in steps], "tokens": [m["response_len"] * g for m in steps],
+               "generate_s": [m["generate_s"] for m in steps], "logprob_s": [m["logprob_s"] for m in steps],
+               "update_s": [m["update_s"] for m in steps],
+               "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20})
+
+
+def run_trl(model_dir, contexts, checkpointing, queue):
+    """TRL's GRPOTrainer with train.py's loss settings; per step, wall time (callback) and completion tokens."""
     import torch
     from datasets import Dataset
     from transformers import AutoTokenizer, TrainerCallback
@@ -150,7 +170,8 @@ def run_trl(model_dir, contexts, queue):
     def reward(completions, completion_ids, **kw):
         return [sum(t in targets for t in ids) / max(1, len(ids)) for ids in completion_ids]
 
-    times = []
+    times, tokens = [], []
+    g = VS_TRL["group"]
 
     class Timer(TrainerCallback):
         def on_step_begin(self, *a, **k):
@@ -159,58 +180,76 @@ def run_trl(model_dir, contexts, queue):
         def on_step_end(self, *a, **k):
             times.append(time.perf_counter() - self.start)
 
-    g = VS_TRL["group"]
+        def on_log(self, args, state, control, logs=None, **k):
+            if logs and "completions/mean_length" in logs:
+                tokens.append(float(logs["completions/mean_length"]) * VS_TRL["prompts"] * g)
+
     cfg = GRPOConfig(output_dir=os.path.join(os.path.dirname(contexts[0]["_path"]), "trl"), use_cpu=True, bf16=False,
+                     gradient_checkpointing=checkpointing,
                      per_device_train_batch_size=VS_TRL["prompts"] * g, num_generations=g, steps_per_generation=1,
                      gradient_accumulation_steps=1, max_completion_length=VS_TRL["new_tokens"], temperature=1.0,
-                     top_p=1.0, learning_rate=1e-6, lr_scheduler_type="constant", weight_decay=0.01,
+                     top_p=1.0, top_k=0, learning_rate=1e-6, lr_scheduler_type="constant", weight_decay=0.01,
                      max_grad_norm=1.0, beta=1e-4, epsilon=0.2,
                      epsilon_high=0.4, delta=3.0, loss_type="dapo", num_iterations=1, scale_rewards="group",
                      max_steps=VS_TRL["steps"], logging_steps=1, report_to="none", save_strategy="no", seed=0)
     data = Dataset.from_list([{"prompt": c["messages"]} for c in contexts] * VS_TRL["steps"])
     trainer = GRPOTrainer(model=model_dir, reward_funcs=reward, args=cfg, train_dataset=data, callbacks=[Timer()])
     trainer.train()
-    queue.put(times)
+    queue.put({"step_s": times, "tokens": tokens, "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20})
+
+
+def per_token_s(run):
+    """Seconds per completion token of the steps after the first (the first pays one-off costs)."""
+    return [s / t for s, t in zip(run["step_s"][1:], run["tokens"][1:])]
 
 
 def vs_trl(args):
     import importlib.util
     import statistics
-    import subprocess
     import tempfile
     if importlib.util.find_spec("trl") is None:
         raise SystemExit("--vs-trl needs the trl package (pip install trl); it is never a requirement of cobalt-min")
     from transformers import AutoTokenizer
     from cobalt_min.generation import convert_gguf, find_smollm2_gguf
-    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
     work = tempfile.mkdtemp(prefix="vs-trl-")
     model_dir = args.vs_trl_model or convert_gguf(find_smollm2_gguf(), os.path.join(work, "smollm2"))
     ctx_path = os.path.join(work, "contexts.jsonl")
     contexts = vs_trl_contexts(ctx_path)
-    targets = ",".join(map(str, digit_ids(AutoTokenizer.from_pretrained(model_dir))))
-    g = VS_TRL["group"]
-    cmd = [sys.executable, os.path.join(root, "train.py"), "--model", model_dir, "--contexts", ctx_path,
-           "--out", os.path.join(work, "ours"), "--engine", "hf", "--batch-size", str(VS_TRL["prompts"]),
-           "--group-size", str(g), "--max-new-tokens", str(VS_TRL["new_tokens"]), "--temperature", "1.0",
-           "--top-p", "1.0", "--lr", "1e-6", "--kl-coef", "1e-4", "--kl-estimator", "k3", "--clip-low", "0.2",
-           "--clip-high", "0.4", "--dual-clip", "3.0", "--agg", "token-mean", "--mini-batches", "1",
-           "--micro-batch-size", str(VS_TRL["prompts"] * g), "--max-steps", str(VS_TRL["steps"]),
-           "--epochs", str(VS_TRL["steps"]), "--save-every", "1000", "--sanity-reward-tokens", targets]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=root)
-    if proc.returncode != 0:
-        raise SystemExit("train.py failed:\n" + proc.stderr[-3000:])
-    ours = [json.loads(x)["step_s"] for x in open(os.path.join(work, "ours", "metrics.jsonl"))]
     for c in contexts:
         c["_path"] = ctx_path
-    theirs = in_own_process(run_trl, model_dir, contexts, what="TRL run")
-    # The first step of each pays one-off costs (allocator, optimizer state): compare the later ones.
-    a, b = statistics.median(ours[1:]), statistics.median(theirs[1:])
-    print(f"one GRPO step, SmolLM2-135M, {VS_TRL['prompts']} prompts x {g} samples x {VS_TRL['new_tokens']} new tokens, "
-          f"CPU (steps after the first, median):")
-    print(f"  train.py: {a:.1f} s   (steps: {', '.join(f'{x:.1f}' for x in ours)})")
-    print(f"  TRL GRPOTrainer: {b:.1f} s   (steps: {', '.join(f'{x:.1f}' for x in theirs)})")
-    print(f"  ratio train.py / TRL: {a / b:.2f}  (target <= 0.75)  {'OK' if a / b <= 0.75 else 'ABOVE'}")
-    return {"train_py_step_s": ours, "trl_step_s": theirs, "ratio": a / b}
+    targets = ",".join(map(str, digit_ids(AutoTokenizer.from_pretrained(model_dir))))
+    g = VS_TRL["group"]
+    report = {}
+    for checkpointing in (False, True):
+        ours, theirs = [], []
+        for r in range(args.vs_trl_rounds):  # alternate the two sides, so that the machine's drift hits both
+            argv = ["--model", model_dir, "--contexts", ctx_path, "--out", os.path.join(work, f"ours-{checkpointing}-{r}"),
+                    "--engine", "hf", "--batch-size", str(VS_TRL["prompts"]), "--group-size", str(g),
+                    "--max-new-tokens", str(VS_TRL["new_tokens"]), "--temperature", "1.0", "--top-p", "1.0",
+                    "--lr", "1e-6", "--kl-coef", "1e-4", "--kl-estimator", "k3", "--clip-low", "0.2",
+                    "--clip-high", "0.4", "--dual-clip", "3.0", "--agg", "token-mean", "--mini-batches", "1",
+                    "--micro-batch-size", str(VS_TRL["prompts"] * g), "--max-steps", str(VS_TRL["steps"]),
+                    "--epochs", str(VS_TRL["steps"]), "--save-every", "1000", "--sanity-reward-tokens", targets,
+                    "--seed", str(r)] + (["--gradient-checkpointing"] if checkpointing else [])
+            sides = [("ours", lambda: in_own_process(run_ours, argv, what="train.py run")),
+                     ("trl", lambda: in_own_process(run_trl, model_dir, contexts, checkpointing, what="TRL run"))]
+            for name, go in (sides if r % 2 == 0 else sides[::-1]):
+                (ours if name == "ours" else theirs).append(go())
+        ratios = [statistics.median(per_token_s(a)) / statistics.median(per_token_s(b)) for a, b in zip(ours, theirs)]
+        label = "on" if checkpointing else "off"
+        print(f"gradient checkpointing {label} on both sides, SmolLM2-135M, {VS_TRL['prompts']} prompts x {g} samples x "
+              f"<= {VS_TRL['new_tokens']} new tokens, CPU, {args.vs_trl_rounds} alternating rounds:")
+        for name, runs in (("train.py", ours), ("TRL GRPOTrainer", theirs)):
+            per_tok = [x for run in runs for x in per_token_s(run)]
+            print(f"  {name:16s} {1e3 * statistics.median(per_tok):7.1f} ms per completion token "
+                  f"(steps: {', '.join(f'{s:.1f} s / {t:.0f} tok' for run in runs for s, t in zip(run['step_s'], run['tokens']))}); "
+                  f"peak RSS {max(run['peak_rss_gib'] for run in runs):.2f} GiB")
+        for k in ("generate_s", "logprob_s", "update_s"):
+            print(f"    train.py {k}: {', '.join(f'{x:.1f}' for run in ours for x in run[k][1:])}")
+        print(f"  ratio train.py / TRL per completion token: median {statistics.median(ratios):.2f} "
+              f"(range {min(ratios):.2f}-{max(ratios):.2f})  target <= 0.5  {'OK' if statistics.median(ratios) <= 0.5 else 'ABOVE'}")
+        report[f"checkpointing_{label}"] = {"ours": ours, "trl": theirs, "ratios": ratios}
+    return report
 
 
 def main():
@@ -231,6 +270,7 @@ def main():
                     "(SmolLM2-135M, 2 prompts x 4 samples x 128 new tokens, CPU; needs `pip install trl`)")
     ap.add_argument("--vs-trl-only", action="store_true", help="only the TRL comparison")
     ap.add_argument("--vs-trl-model", default=None, help="plain model folder for --vs-trl (default: convert SmolLM2)")
+    ap.add_argument("--vs-trl-rounds", type=int, default=2, help="alternating rounds per setting (default 2)")
     args = ap.parse_args()
     if args.vs_trl_only:
         vs_trl(args)

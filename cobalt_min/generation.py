@@ -11,6 +11,7 @@ distribution train.py's log-probs describe), and give each request its own seed 
 `thinking` switches the template's thinking mode (Qwen3's enable_thinking) where it has one.
 """
 
+import contextlib
 import dataclasses
 import importlib.util
 import inspect
@@ -115,6 +116,73 @@ def sample_tokens(logits: torch.Tensor, uniforms: torch.Tensor, temperature: flo
     return picked if order is None else order.gather(-1, picked[:, None]).squeeze(-1)
 
 
+@contextlib.contextmanager
+def packed_linears(model):
+    """On CPU, while sampling: every float32 nn.Linear multiplies with a copy of its weight reordered
+    once (per sample() call, from the current weights) into oneDNN's blocked layout. A decode step
+    multiplies a few rows by every weight of the model, and with the default kernel that costs about
+    twice the time of reading the weights from memory; the reordered weights get close to it. The
+    same float32 products, summed in another order (logits agree to ~1e-5; tests/test_generation.py).
+    Elsewhere (GPU, a torch without these oneDNN kernels) it changes nothing."""
+    ops = getattr(torch.ops, "mkldnn", None)
+    if next(model.parameters()).device.type != "cpu" or not torch.backends.mkldnn.is_available() or \
+            not hasattr(ops, "_linear_pointwise") or not hasattr(ops, "_reorder_linear_weight"):
+        yield
+        return
+    patched = []
+
+    def forward_with(weight, bias):
+        def forward(x):
+            y = ops._linear_pointwise(x.reshape(-1, x.shape[-1]), weight, bias, "none", [], "")
+            return y.reshape(*x.shape[:-1], y.shape[-1])
+        return forward
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear) and module.weight.dtype == torch.float32:
+            bias = module.bias.detach() if module.bias is not None else None
+            module.forward = forward_with(ops._reorder_linear_weight(module.weight.detach()), bias)
+            patched.append(module)
+    try:
+        yield
+    finally:
+        for module in patched:
+            del module.forward  # back to nn.Linear.forward
+
+
+def roomy_cache(config, extra_tokens: int):
+    """A transformers DynamicCache whose layers keep room for `extra_tokens` more tokens after the first
+    update (the prompt): a decode step then writes its keys and values in place. DynamicCache itself
+    appends with torch.cat, a copy of the whole cache per layer and step; with 1,000 cached tokens on a
+    CPU that copy costs about a third of the step. Same tensors, same results. Layers of other kinds
+    (sliding windows) stay as they are."""
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    class RoomyLayer(DynamicLayer):
+        def update(self, key_states, value_states, *args, **kwargs):
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+                b, h, n, d = key_states.shape
+                self.room_k = key_states.new_empty(b, h, n + extra_tokens, d)
+                self.room_v = value_states.new_empty(b, h, n + extra_tokens, value_states.shape[-1])
+                self.filled = 0
+            start, end = self.filled, self.filled + key_states.shape[-2]
+            self.room_k[:, :, start:end] = key_states
+            self.room_v[:, :, start:end] = value_states
+            self.filled = end
+            self.keys, self.values = self.room_k[:, :, :end], self.room_v[:, :, :end]  # views: no copy
+            return self.keys, self.values
+
+        def batch_select_indices(self, indices):
+            self.room_k, self.room_v = self.room_k[indices], self.room_v[indices]
+            self.keys, self.values = self.room_k[:, :, :self.filled], self.room_v[:, :, :self.filled]
+
+    cache = DynamicCache(config=config)
+    layers = getattr(cache, "layers", None)
+    if isinstance(layers, list):
+        cache.layers = [RoomyLayer() if type(layer) is DynamicLayer else layer for layer in layers]
+    return cache
+
+
 class HFEngine:
     """Batched sampling with a transformers model: our own decode loop over its KV cache. CPU or GPU.
 
@@ -123,7 +191,8 @@ class HFEngine:
     distribution than the one training scores; and it draws every row from one random stream, so a
     sample depends on which other requests share its batch. Here each request has its own generator
     (request_seeds): samples are exactly softmax(logits / T) with top-p, and the same whatever the
-    batch size or order. Finished rows leave the batch (their KV cache rows are dropped)."""
+    batch size or order. The n samples of a prompt share one run of it (prefill); finished rows leave
+    the batch (their KV cache rows are dropped)."""
 
     def __init__(self, model_path: str, *, gguf_file: str | None = None, dtype="auto", device=None,
                  thinking: bool | None = None, batch_size: int = 64, model=None, tokenizer=None):
@@ -153,19 +222,23 @@ class HFEngine:
         requests = [(i, p, seeds[i] + j) for i, p in enumerate(prompts) for j in range(n)]
         order = sorted(range(len(requests)), key=lambda r: len(requests[r][1]))
         done: dict[int, Completion] = {}
-        for start in range(0, len(order), self.batch_size):
-            chunk = order[start:start + self.batch_size]
-            tokens = self._decode([requests[r][1] for r in chunk], [requests[r][2] for r in chunk],
-                                  temperature, top_p, max_new_tokens)
-            done.update((r, self._completion(t)) for r, t in zip(chunk, tokens))
+        with packed_linears(self.model):
+            for start in range(0, len(order), self.batch_size):
+                chunk = order[start:start + self.batch_size]
+                prompt_of = {}  # each distinct prompt of the chunk is run once (its n samples share it)
+                rows = [prompt_of.setdefault(requests[r][0], len(prompt_of)) for r in chunk]
+                distinct = [prompts[i] for i in prompt_of]
+                tokens = self._decode(distinct, rows, [requests[r][2] for r in chunk], temperature, top_p,
+                                      max_new_tokens)
+                done.update((r, self._completion(t)) for r, t in zip(chunk, tokens))
         out: list[list[Completion]] = [[] for _ in prompts]
         for r, (i, _, _) in enumerate(requests):
             out[i].append(done[r])
         return out
 
-    def _decode(self, prompts, seeds, temperature, top_p, max_new_tokens) -> list[list[int]]:
-        """Sampled tokens of each prompt (left-padded into one batch), up to EOS or max_new_tokens."""
-        from transformers import DynamicCache
+    def _decode(self, prompts, rows, seeds, temperature, top_p, max_new_tokens) -> list[list[int]]:
+        """Sampled tokens of each row (rows[k]: its prompt), up to EOS or max_new_tokens. The prompts are
+        left-padded into one batch and run once; their KV cache is then repeated for the rows."""
         pad = self.tokenizer.pad_token_id
         width = max(len(p) for p in prompts)
         ids = torch.full((len(prompts), width), pad, dtype=torch.long)
@@ -175,13 +248,15 @@ class HFEngine:
             mask[row, width - len(p):] = 1
         ids, mask = ids.to(self.device), mask.to(self.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (B, W): real tokens count from 0
-        generators = [torch.Generator().manual_seed(s) for s in seeds]  # CPU: same draws on any device
-        cache = {self._cache_arg: DynamicCache(config=self.model.config)}
+        generators = [torch.Generator().manual_seed(s) for s in seeds]  # one per row, on the CPU: same on any device
+        cache = {self._cache_arg: roomy_cache(self.model.config, max_new_tokens)}
         logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                            logits_to_keep=1, **cache).logits[:, -1]  # (B, V)
-        alive = list(range(len(prompts)))  # rows of the batch still decoding
-        last = positions[:, -1]  # (B,)
-        tokens: list[list[int]] = [[] for _ in prompts]
+                            logits_to_keep=1, **cache).logits[:, -1]  # (U, V)
+        index = torch.tensor(rows, device=self.device)
+        cache[self._cache_arg].batch_select_indices(index)  # (U, ...) -> (B, ...)
+        logits, mask, last = logits[index], mask[index], positions[index, -1]  # (B, V), (B, W), (B,)
+        alive = list(range(len(rows)))  # rows of the batch still decoding
+        tokens: list[list[int]] = [[] for _ in rows]
         for step in range(max_new_tokens):
             uniforms = torch.tensor([torch.rand((), generator=generators[r]).item() for r in alive]) \
                 if temperature > 0 else torch.zeros(len(alive))

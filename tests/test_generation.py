@@ -1,5 +1,7 @@
 """The transformers engine samples exactly softmax(logits / T) within top-p, one random stream per
 request, whatever the batch, the padding, the KV cache or the model's generation_config."""
+import contextlib
+
 import torch
 
 from cobalt_min.generation import HFEngine, request_seeds, sample_tokens
@@ -108,3 +110,42 @@ def test_vllm_engines_join_a_distributed_launch_one_per_rank(tiny_model_dir, tmp
         assert rpc["method"] == "reload_weights" and "model.embed_tokens.weight" in rpc["names"]
         assert log["reset_prefix_cache"] == 1
     assert logs[0]["sampling"][0][0]["seed"] != logs[1]["sampling"][0][0]["seed"]
+
+
+def test_the_fast_cpu_paths_compute_the_same_logits(tiny_model_dir):
+    # packed_linears (oneDNN-reordered weights) and roomy_cache (keys and values written in place) are
+    # speed only: the logits of a prefill and of decode steps, with rows dropped on the way, stay those
+    # of the plain model with transformers' own DynamicCache.
+    from transformers import AutoModelForCausalLM, DynamicCache
+
+    from cobalt_min.generation import packed_linears, roomy_cache
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    ids = torch.randint(3, model.config.vocab_size, (3, 7), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    mask[0, :2] = 0  # left padding
+
+    def run(cache, packed):
+        out, m = [], mask
+        with torch.no_grad(), (packed_linears(model) if packed else contextlib.nullcontext()):
+            if packed and torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise"):
+                assert all("forward" in mod.__dict__ for mod in model.modules() if isinstance(mod, torch.nn.Linear))
+            logits = model(input_ids=ids, attention_mask=m, cache=cache, use_cache=True).logits
+            out.append(logits)
+            nxt, pos = logits[:, -1].argmax(-1), torch.full((3,), 7)
+            for step in range(4):
+                if step == 2:  # a finished row leaves the batch
+                    keep = torch.tensor([0, 2])
+                    cache.batch_select_indices(keep)
+                    nxt, pos, m = nxt[keep], pos[keep], m[keep]
+                m = torch.cat([m, m.new_ones(len(nxt), 1)], 1)
+                logits = model(input_ids=nxt[:, None], attention_mask=m, position_ids=pos[:, None], cache=cache,
+                               use_cache=True).logits
+                out.append(logits)
+                nxt, pos = logits[:, -1].argmax(-1), pos + 1
+        return out
+    plain = run(DynamicCache(config=model.config), packed=False)
+    roomy = run(roomy_cache(model.config, 4), packed=False)
+    assert all(torch.equal(a, b) for a, b in zip(plain, roomy))
+    fast = run(roomy_cache(model.config, 4), packed=True)
+    assert all(torch.allclose(a, b, atol=1e-4) for a, b in zip(plain, fast))
+    assert not any("forward" in mod.__dict__ for mod in model.modules())  # restored on exit

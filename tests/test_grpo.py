@@ -6,8 +6,9 @@ import math
 import pytest
 import torch
 
-from cobalt_min.grpo import (aggregate, group_advantages, kl_penalty, naive_token_logprobs, pack_sequences,
-                             policy_loss, token_logprobs)
+from cobalt_min.grpo import aggregate, group_advantages, kl_penalty, policy_loss
+from cobalt_min.logprobs import (completion_logprobs, naive_token_logprobs, pack_groups, pack_sequences,
+                                 token_logprobs)
 
 
 def tiny_lm(vocab=64, tie=False, seed=0):
@@ -95,6 +96,39 @@ def test_token_logprobs_equals_naive_values_and_gradients(tie, temperature):
     assert g_fast.keys() == g_slow.keys()
     for name in g_slow:
         assert torch.allclose(g_fast[name], g_slow[name], atol=1e-5, rtol=1e-4), name
+
+
+@pytest.mark.parametrize("share_prompts", [True, False])
+def test_completion_logprobs_with_shared_prompts_equal_the_definition(share_prompts):
+    # Two prompts of different lengths, three completions each (ragged), EOS = pad = 0: values and
+    # gradients equal the full-sequence naive computation, for the whole batch and for a sub-batch of rows.
+    model = tiny_lm(vocab=64)
+    prompts = [[1, 2, 3, 4, 5], [6, 7]]
+    completions = [[8, 9, 0], [10, 0], [11, 12, 13, 0], [14, 15], [16, 0], [17, 18, 19, 20, 0]]
+    index = [0, 0, 0, 1, 1, 1]
+    batch = pack_groups(prompts, completions, index, pad_id=0)
+    assert batch.prompt_mask.tolist() == [[1] * 5, [0, 0, 0, 1, 1]]  # prompts left-padded
+    for rows in (torch.arange(6), torch.tensor([4, 1, 5])):
+        sub = batch.rows(rows)
+        weights = torch.randn(sub.completion_ids.shape) * sub.completion_mask  # (r, C)
+        ids, att, comp = pack_sequences([prompts[index[r]] for r in rows], [completions[r] for r in rows], pad_id=0)
+
+        def grads(loss):
+            model.zero_grad()
+            loss.backward()
+            return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        fast = completion_logprobs(model, sub, temperature=0.8, chunk_tokens=3, share_prompts=share_prompts)
+        g_fast = grads((fast * weights).sum())
+        full = naive_token_logprobs(model, ids, att, comp, temperature=0.8)  # (r, T): completion tokens in place
+        slow = torch.zeros_like(fast)
+        for k in range(len(rows)):  # the same tokens, moved to the completion-only layout
+            slow[k, :int(comp[k].sum())] = full[k][comp[k].bool()]
+        g_slow = grads((slow * weights).sum())
+        assert torch.allclose(fast.detach(), slow.detach(), atol=1e-5), (fast, slow)
+        assert (fast[sub.completion_mask == 0] == 0).all() and (fast[sub.completion_mask == 1] < 0).all()
+        assert g_fast.keys() == g_slow.keys()
+        for name in g_slow:
+            assert torch.allclose(g_fast[name], g_slow[name], atol=1e-5, rtol=1e-4), name
 
 
 def test_eos_used_as_pad_is_still_trained():

@@ -1,0 +1,243 @@
+"""Token log-probabilities of sampled completions: what GRPO's ratio and KL are made of.
+
+Definition (naive_token_logprobs): run the model on prompt + completion, take the float32
+log-softmax of the logits over the whole vocabulary at each completion position, pick the sampled
+token. Everything else here computes exactly that, with less memory and less work:
+- memory: the (tokens, vocabulary) logits and their float32 log-softmax are never stored
+  (_ChunkedTokenLogprob: one chunk of tokens at a time, forward and backward; 151,936 x 4 bytes per
+  token for Qwen3's vocabulary would otherwise dominate a long completion's memory);
+- work: a GRPO batch holds G completions of each prompt. completion_logprobs runs each prompt once
+  and lets its G completions attend to that prompt's keys and values (the same attention, so the same
+  numbers up to float rounding), instead of running the prompt G times: for multi-turn contexts longer
+  than their completions that is most of the forward and backward.
+"""
+
+import dataclasses
+
+import torch
+import torch.nn.functional as F
+
+
+# ----------------------------------------------------------------------------- the chunked LM head
+
+
+def _chunk_logits(h, weight, bias, temperature):
+    """float32 logits of one chunk, divided by the sampling temperature, without extra copies."""
+    logits = F.linear(h, weight, bias)
+    logits = logits.float() if logits.dtype != torch.float32 else logits
+    return logits.div_(temperature) if temperature != 1.0 else logits
+
+
+class _ChunkedTokenLogprob(torch.autograd.Function):
+    """log p(y) = (h W^T)[y] / tau - logsumexp(h W^T / tau), computed a chunk of tokens at a time.
+
+    Forward keeps only one (chunk, V) float32 block of logits alive; backward recomputes each block
+    and applies d logp / d logits = onehot(y) - softmax(logits) directly, so neither the (N, V)
+    logits nor their float32 log-softmax are ever stored. The price is one extra h W^T per chunk in
+    backward (the LM head only, not the transformer)."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, targets, temperature, chunk):
+        # hidden (N, H), weight (V, H), targets (N,) -> logp (N,) float32
+        out = torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)
+        for s in range(0, hidden.shape[0], chunk):
+            logits = _chunk_logits(hidden[s:s + chunk], weight, bias, temperature)  # (c, V) float32
+            out[s:s + chunk] = logits.gather(1, targets[s:s + chunk, None]).squeeze(1) - logits.logsumexp(1)
+        ctx.save_for_backward(hidden, weight, bias, targets)
+        ctx.temperature, ctx.chunk = temperature, chunk
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        hidden, weight, bias, targets = ctx.saved_tensors
+        tau, chunk = ctx.temperature, ctx.chunk
+        need_h, need_w, need_b = ctx.needs_input_grad[:3]
+        grad_h = torch.empty_like(hidden) if need_h else None
+        grad_w = torch.zeros_like(weight, dtype=torch.float32) if need_w else None
+        grad_b = torch.zeros_like(bias, dtype=torch.float32) if (need_b and bias is not None) else None
+        for s in range(0, hidden.shape[0], chunk):
+            h = hidden[s:s + chunk]
+            logits = _chunk_logits(h, weight, bias, tau)
+            g = grad_out[s:s + chunk, None]  # (c, 1)
+            # d/dlogits of g * (logits[y] - logsumexp) = g * (onehot(y) - softmax), then the 1/tau.
+            # Computed in place in the logits buffer: one (c, V) float32 block alive at a time.
+            grad_logits = logits.sub_(logits.logsumexp(1, keepdim=True)).exp_().mul_(-g)
+            grad_logits.scatter_add_(1, targets[s:s + chunk, None], g)
+            if tau != 1.0:
+                grad_logits.div_(tau)
+            if need_h:
+                grad_h[s:s + chunk] = (grad_logits.to(weight.dtype) @ weight).to(hidden.dtype)
+            if need_w:
+                grad_w += grad_logits.t() @ h.float()
+            if grad_b is not None:
+                grad_b += grad_logits.sum(0)
+        grad_w = grad_w.to(weight.dtype) if grad_w is not None else None
+        grad_b = grad_b.to(bias.dtype) if grad_b is not None else None
+        return grad_h, grad_w, grad_b, None, None, None
+
+
+class LogprobModel(torch.nn.Module):
+    """A causal LM whose forward returns completion_logprobs. Wrap THIS with DDP/FSDP
+    (accelerator.prepare) so that the log-prob computation runs inside the wrapper's forward (gradient
+    sync, parameter gathering), while the chunked LM head stays outside Hugging Face's own forward."""
+
+    def __init__(self, lm, chunk_tokens: int = 256):
+        super().__init__()
+        self.lm = lm
+        self.chunk_tokens = chunk_tokens
+
+    def forward(self, prompt_ids, prompt_mask, completion_ids, completion_mask, prompt_index, temperature: float = 1.0):
+        batch = SequenceBatch(prompt_ids, prompt_mask, completion_ids, completion_mask, prompt_index)
+        return completion_logprobs(self.lm, batch, temperature=temperature, chunk_tokens=self.chunk_tokens)
+
+
+# ----------------------------------------------------------------------------- prompts shared by their completions
+
+
+@dataclasses.dataclass
+class SequenceBatch:
+    """Completions and the prompts they continue, each prompt stored once.
+
+    prompt_ids, prompt_mask: (U, P), left-padded (every prompt ends at column P - 1);
+    completion_ids, completion_mask: (R, C), right-padded; prompt_index: (R,), the prompt of each row.
+    The masks come from lengths, never from comparing tokens with the pad id: many tokenizers pad with
+    EOS, and the EOS that ends a completion must be learned like any other token (it decides when to stop)."""
+    prompt_ids: torch.Tensor
+    prompt_mask: torch.Tensor
+    completion_ids: torch.Tensor
+    completion_mask: torch.Tensor
+    prompt_index: torch.Tensor
+
+    def rows(self, rows: torch.Tensor) -> "SequenceBatch":
+        """The sub-batch of these completion rows, with only the prompts they use (a micro-batch)."""
+        used, index = torch.unique(self.prompt_index[rows], return_inverse=True)
+        pmask = self.prompt_mask[used]
+        cmask = self.completion_mask[rows]
+        p_width = int(pmask.sum(1).max())  # drop columns that are padding in every kept row
+        c_width = max(1, int(cmask.sum(1).max()))
+        return SequenceBatch(self.prompt_ids[used][:, -p_width:], pmask[:, -p_width:],
+                             self.completion_ids[rows][:, :c_width], cmask[:, :c_width], index)
+
+    def fields(self):
+        return self.prompt_ids, self.prompt_mask, self.completion_ids, self.completion_mask, self.prompt_index
+
+
+def pack_groups(prompts: list[list[int]], completions: list[list[int]], prompt_index: list[int], pad_id: int,
+                device=None) -> SequenceBatch:
+    """Token lists -> SequenceBatch. prompts: the U distinct prompts; completions: R token lists;
+    prompt_index[r]: which prompt completion r continues (GRPO: the G samples of a context)."""
+    P, C = max(len(p) for p in prompts), max(1, max(len(c) for c in completions))
+    prompt_ids = torch.full((len(prompts), P), pad_id, dtype=torch.long)
+    prompt_mask = torch.zeros((len(prompts), P), dtype=torch.long)
+    for u, p in enumerate(prompts):
+        prompt_ids[u, P - len(p):] = torch.tensor(p, dtype=torch.long)
+        prompt_mask[u, P - len(p):] = 1
+    completion_ids = torch.full((len(completions), C), pad_id, dtype=torch.long)
+    completion_mask = torch.zeros((len(completions), C), dtype=torch.long)
+    for r, c in enumerate(completions):
+        completion_ids[r, :len(c)] = torch.tensor(c, dtype=torch.long)
+        completion_mask[r, :len(c)] = 1
+    return SequenceBatch(prompt_ids.to(device), prompt_mask.to(device), completion_ids.to(device),
+                         completion_mask.to(device), torch.tensor(prompt_index, dtype=torch.long, device=device))
+
+
+def completion_logprobs(model, batch: SequenceBatch, *, temperature: float = 1.0, chunk_tokens: int = 256,
+                        share_prompts: bool | None = None) -> torch.Tensor:
+    """log p(completion token | prompt, earlier completion tokens) -> (R, C) float32, 0 at padding.
+
+    share_prompts (default: unless the model trains with gradient checkpointing, which drops the KV cache):
+    one decoder pass over the U prompts, their keys and values repeated for each row
+    (cache.batch_select_indices, differentiable), then one pass over the R completions attending to
+    them. Otherwise one pass over each row's prompt + completion. Both give the logits of the same
+    positions with the same attention, then the chunked LM head (_ChunkedTokenLogprob).
+    `model` is a Hugging Face causal LM whose logits are lm_head(final hidden state)."""
+    if getattr(model.config, "final_logit_softcapping", None) or getattr(model.config, "logits_scaling", None):
+        raise ValueError(f"{type(model).__name__} post-processes its logits; use naive_token_logprobs")
+    if share_prompts is None:
+        share_prompts = not (getattr(model, "is_gradient_checkpointing", False) and model.training
+                             and torch.is_grad_enabled())
+    decoder = model.get_decoder()
+    pmask, cmask, index = batch.prompt_mask, batch.completion_mask, batch.prompt_index
+    P = pmask.shape[1]
+    if share_prompts:
+        from transformers import DynamicCache
+        cache = DynamicCache(config=model.config)
+        prompt_pos = (pmask.cumsum(1) - 1).clamp(min=0)  # (U, P)
+        prompt_hidden = decoder(input_ids=batch.prompt_ids, attention_mask=pmask, position_ids=prompt_pos,
+                                past_key_values=cache, use_cache=True).last_hidden_state  # (U, P, H)
+        cache.batch_select_indices(index)  # (U, ...) -> (R, ...): each row gets its prompt's keys and values
+        completion_pos = pmask.sum(1)[index][:, None] + torch.arange(cmask.shape[1], device=cmask.device)  # (R, C)
+        hidden = decoder(input_ids=batch.completion_ids, attention_mask=torch.cat([pmask[index], cmask], 1),
+                         position_ids=completion_pos, past_key_values=cache, use_cache=True).last_hidden_state
+        # Token t of a completion is predicted from the hidden state before it: the prompt's last for t = 0.
+        hidden = torch.cat([prompt_hidden[index, -1:], hidden[:, :-1]], 1)  # (R, C, H)
+    else:
+        mask = torch.cat([pmask[index], cmask], 1)  # (R, P + C)
+        hidden = decoder(input_ids=torch.cat([batch.prompt_ids[index], batch.completion_ids], 1), attention_mask=mask,
+                         position_ids=(mask.cumsum(1) - 1).clamp(min=0)).last_hidden_state[:, P - 1:-1]  # (R, C, H)
+    valid = cmask.bool()
+    head = model.get_output_embeddings()
+    logp = _ChunkedTokenLogprob.apply(hidden[valid], head.weight, head.bias, batch.completion_ids[valid],
+                                      float(temperature), int(chunk_tokens))  # (N,) N = completion tokens
+    return torch.zeros(cmask.shape, dtype=torch.float32, device=cmask.device).masked_scatter(valid, logp)
+
+
+# ----------------------------------------------------------------------------- full sequences (the definition)
+
+
+def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, completion_mask: torch.Tensor,
+                   *, temperature: float = 1.0, chunk_tokens: int = 256) -> torch.Tensor:
+    """Log-probabilities of the completion tokens under a causal LM -> (B, T) float32.
+
+    input_ids, attention_mask, completion_mask: (B, T). Entry [b, t] is log p(input_ids[b, t] |
+    input_ids[b, :t]) where completion_mask[b, t] is 1, and 0 elsewhere. Only completion positions
+    go through the LM head (prompts are often longer than completions, and their logits are not
+    needed), in chunks of `chunk_tokens`, so the (B, T, V) logits and their float32 log-softmax are
+    never materialised (see _ChunkedTokenLogprob). Equals naive_token_logprobs.
+
+    `model` is a Hugging Face causal LM whose logits are lm_head(final hidden state) (Llama, Qwen,
+    Mistral, SmolLM, ...). train.py uses completion_logprobs, which computes the same numbers sharing
+    each prompt among its completions."""
+    if getattr(model.config, "final_logit_softcapping", None) or getattr(model.config, "logits_scaling", None):
+        raise ValueError(f"{type(model).__name__} post-processes its logits; use naive_token_logprobs")
+    hidden = model.get_decoder()(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (B, T, H)
+    # Position t is predicted from the hidden state at t - 1.
+    predict = completion_mask[:, 1:].bool()  # (B, T-1)
+    h = hidden[:, :-1][predict]  # (N, H), N = number of completion tokens
+    targets = input_ids[:, 1:][predict]  # (N,)
+    head = model.get_output_embeddings()
+    logp = _ChunkedTokenLogprob.apply(h, head.weight, head.bias, targets, float(temperature), int(chunk_tokens))
+    out = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
+    out[:, 1:] = out[:, 1:].masked_scatter(predict, logp)
+    return out
+
+
+def naive_token_logprobs(model, input_ids, attention_mask, completion_mask, *, temperature: float = 1.0):
+    """Reference: full logits, float32 log-softmax over the vocabulary, gather. Same layout as
+    token_logprobs. Memory: B x T x V floats (~9.7 GB for 8 x 2048 tokens at V = 151,936)."""
+    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1].float() / temperature
+    logp = logits.log_softmax(-1).gather(-1, input_ids[:, 1:, None]).squeeze(-1)  # (B, T-1)
+    out = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
+    out[:, 1:] = logp * completion_mask[:, 1:]
+    return out
+
+
+
+
+def pack_sequences(prompts: list[list[int]], completions: list[list[int]], pad_id: int, device=None):
+    """Right-pad prompt + completion token lists -> (input_ids, attention_mask, completion_mask), each (B, T).
+
+    The completion mask comes from the lengths, never from comparing tokens with pad_id: many
+    tokenizers use the EOS token as padding, and masking "pad" tokens would then also mask the EOS
+    that ends each completion, which must be learned like any other token (it decides when to stop)."""
+    lengths = [len(p) + len(c) for p, c in zip(prompts, completions)]
+    T = max(lengths)
+    B = len(prompts)
+    input_ids = torch.full((B, T), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((B, T), dtype=torch.long)
+    completion_mask = torch.zeros((B, T), dtype=torch.long)
+    for b, (p, c) in enumerate(zip(prompts, completions)):
+        input_ids[b, :len(p) + len(c)] = torch.tensor(list(p) + list(c), dtype=torch.long)
+        attention_mask[b, :len(p) + len(c)] = 1
+        completion_mask[b, len(p):len(p) + len(c)] = 1
+    return input_ids.to(device), attention_mask.to(device), completion_mask.to(device)
