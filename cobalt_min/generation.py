@@ -148,6 +148,18 @@ def packed_linears(model):
             del module.forward  # back to nn.Linear.forward
 
 
+PREFILL_GROUP = 8  # prompts run together in a prefill (sorted by length, so with little padding)
+
+
+def _common_prefix_length(token_lists: list[list[int]]) -> int:
+    """How many leading tokens all the lists share."""
+    first = token_lists[0]
+    n = min(len(t) for t in token_lists)
+    for other in token_lists[1:]:
+        n = next((i for i in range(n) if other[i] != first[i]), n)
+    return n
+
+
 def roomy_cache(config, extra_tokens: int):
     """A transformers DynamicCache whose layers keep room for `extra_tokens` more tokens after the first
     update (the prompt): a decode step then writes its keys and values in place. DynamicCache itself
@@ -238,23 +250,12 @@ class HFEngine:
 
     def _decode(self, prompts, rows, seeds, temperature, top_p, max_new_tokens) -> list[list[int]]:
         """Sampled tokens of each row (rows[k]: its prompt), up to EOS or max_new_tokens. The prompts are
-        left-padded into one batch and run once; their KV cache is then repeated for the rows."""
-        pad = self.tokenizer.pad_token_id
-        width = max(len(p) for p in prompts)
-        ids = torch.full((len(prompts), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for row, p in enumerate(prompts):  # left padding: every prompt ends at the same column
-            ids[row, width - len(p):] = torch.tensor(p)
-            mask[row, width - len(p):] = 1
-        ids, mask = ids.to(self.device), mask.to(self.device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (B, W): real tokens count from 0
+        run once (_prefill); their KV cache is then repeated for the rows."""
+        logits, cache, mask, last = self._prefill(prompts, max_new_tokens)
         generators = [torch.Generator().manual_seed(s) for s in seeds]  # one per row, on the CPU: same on any device
-        cache = {self._cache_arg: roomy_cache(self.model.config, max_new_tokens)}
-        logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                            logits_to_keep=1, **cache).logits[:, -1]  # (U, V)
         index = torch.tensor(rows, device=self.device)
         cache[self._cache_arg].batch_select_indices(index)  # (U, ...) -> (B, ...)
-        logits, mask, last = logits[index], mask[index], positions[index, -1]  # (B, V), (B, W), (B,)
+        logits, mask, last = logits[index], mask[index], last[index]  # (B, V), (B, W), (B,)
         alive = list(range(len(rows)))  # rows of the batch still decoding
         tokens: list[list[int]] = [[] for _ in rows]
         for step in range(max_new_tokens):
@@ -278,6 +279,75 @@ class HFEngine:
             logits = self.model(input_ids=nxt[:, None], attention_mask=mask, position_ids=last[:, None],
                                 use_cache=True, **cache).logits[:, -1]
         return tokens
+
+    def _prefill(self, prompts, extra_tokens):
+        """Run the prompts (token lists) -> (logits of each prompt's last token (U, V), the KV cache with room
+        for extra_tokens more, attention mask (U, W), position of each last token (U,)).
+
+        The layout is the left-padded batch (every prompt ends at column W - 1), computed with less work
+        and the same numbers: the prefix that all prompts share (the system prompt and the instructions:
+        most of a first-turn prompt) is run once, and the rest of each prompt in groups of similar length,
+        so that little padding is computed; the pieces are then put in place, the padding of each row
+        sitting between the shared prefix and its own tokens (attention masks it, positions skip it)."""
+        from transformers import DynamicCache
+        from transformers.cache_utils import DynamicLayer
+        lengths = [len(p) for p in prompts]
+        shared = _common_prefix_length(prompts) if len(prompts) > 1 else 0
+        shared = min(shared, min(lengths) - 1)  # every prompt keeps a token of its own: its logits
+        width = max(lengths)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        mask[:, :shared] = 1
+        for u, n in enumerate(lengths):
+            mask[u, width - (n - shared):] = 1
+        mask = mask.to(self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (U, W): real tokens count from 0
+        cache = roomy_cache(self.model.config, extra_tokens)
+        if not all(isinstance(layer, DynamicLayer) and not layer.is_sliding for layer in cache.layers):
+            # another kind of cache layer (sliding windows): the plain left-padded batch, all at once
+            ids = torch.full((len(prompts), width), self.tokenizer.pad_token_id, dtype=torch.long)
+            for u, p in enumerate(prompts):
+                ids[u, width - len(p):] = torch.tensor(p)
+            logits = self.model(input_ids=ids.to(self.device), attention_mask=mask, position_ids=positions,
+                                use_cache=True, logits_to_keep=1, **{self._cache_arg: cache}).logits[:, -1]
+            return logits, {self._cache_arg: cache}, mask, positions[:, -1]
+        prefix = None
+        if shared:
+            prefix_cache = DynamicCache(config=self.model.config)
+            self.model(input_ids=torch.tensor([prompts[0][:shared]], device=self.device), use_cache=True,
+                       logits_to_keep=1, **{self._cache_arg: prefix_cache})
+            prefix = [(layer.keys, layer.values) for layer in prefix_cache.layers]  # (1, H, shared, D) each
+        keys = values = None  # per layer: (U, H, W, D), the assembled left-padded cache
+        logits = None
+        order = sorted(range(len(prompts)), key=lambda u: lengths[u])
+        for start in range(0, len(order), PREFILL_GROUP):
+            group = order[start:start + PREFILL_GROUP]
+            w = max(lengths[u] for u in group) - shared
+            ids = torch.full((len(group), w), self.tokenizer.pad_token_id, dtype=torch.long)
+            for k, u in enumerate(group):
+                ids[k, w - (lengths[u] - shared):] = torch.tensor(prompts[u][shared:])
+            index = torch.tensor(group, device=self.device)
+            group_mask = torch.cat([mask[index, :shared], mask[index, width - w:]], 1)  # (g, shared + w)
+            group_cache = DynamicCache(config=self.model.config)
+            for layer, (k, v) in zip(group_cache.layers, prefix or []):
+                layer.update(k.expand(len(group), -1, -1, -1), v.expand(len(group), -1, -1, -1))
+            out = self.model(input_ids=ids.to(self.device), attention_mask=group_mask,
+                             position_ids=positions[index, width - w:], use_cache=True, logits_to_keep=1,
+                             **{self._cache_arg: group_cache}).logits[:, -1]  # (g, V)
+            if logits is None:
+                logits = out.new_empty((len(prompts), out.shape[-1]))
+                keys = [layer.keys.new_zeros((len(prompts), *layer.keys.shape[1:2], width, layer.keys.shape[-1]))
+                        for layer in group_cache.layers]
+                values = [layer.values.new_zeros((len(prompts), *layer.values.shape[1:2], width,
+                                                   layer.values.shape[-1])) for layer in group_cache.layers]
+            logits[index] = out
+            for layer, k, v in zip(group_cache.layers, keys, values):
+                k[index, :, width - w:] = layer.keys[:, :, shared:]
+                v[index, :, width - w:] = layer.values[:, :, shared:]
+        for layer, k, v, pre in zip(cache.layers, keys, values, prefix or [None] * len(keys)):
+            if pre is not None:
+                k[:, :, :shared], v[:, :, :shared] = pre[0], pre[1]
+            layer.update(k, v)
+        return logits, {self._cache_arg: cache}, mask, positions[:, -1]
 
     def _completion(self, tokens: list[int]) -> Completion:
         """A completion ends with EOS when the model stopped by itself."""

@@ -149,3 +149,17 @@ def test_the_fast_cpu_paths_compute_the_same_logits(tiny_model_dir):
     fast = run(roomy_cache(model.config, 4), packed=True)
     assert all(torch.allclose(a, b, atol=1e-4) for a, b in zip(plain, fast))
     assert not any("forward" in mod.__dict__ for mod in model.modules())  # restored on exit
+
+
+def test_prompts_sharing_a_prefix_in_several_groups_sample_as_the_definition(tiny_model_dir):
+    # More prompts than one prefill group, of many lengths, all starting with the same long system prompt:
+    # the shared prefix is run once and the rest in groups; samples stay those of the definition.
+    from cobalt_min.generation import PREFILL_GROUP
+    engine = HFEngine(tiny_model_dir, device="cpu")
+    system = {"role": "system", "content": "You are a careful assistant. " * 4}
+    convs = [[system, {"role": "user", "content": "q" * (1 + 3 * k)}] for k in range(PREFILL_GROUP + 3)]
+    prompts = [engine.prompt_ids(c) for c in convs]
+    outs = engine.sample(prompts, n=1, temperature=1.0, top_p=1.0, max_new_tokens=6, seed=2)
+    seeds = request_seeds(2, len(prompts), 1)
+    for i, prompt in enumerate(prompts):
+        assert outs[i][0].token_ids == reference_sample(engine.model, prompt, seeds[i], 1.0, 1.0, 6, engine.eos_ids), i
