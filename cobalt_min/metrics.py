@@ -66,6 +66,84 @@ def format_table(summary: dict, title: str = "") -> str:
     return "\n".join(lines)
 
 
+def per_problem_pass1(problem_records: list[dict], n_turns: int) -> dict:
+    """{problem id: Pass@1 of that problem averaged over turns} (the unit of the paired comparison)."""
+    return {rec["problem_id"]: sum(sum(solved_at(tr, t) for tr in rec["samples"]) / len(rec["samples"])
+                                   for t in range(n_turns)) / n_turns for rec in problem_records}
+
+
+def paired_change(before: list[dict], after: list[dict], n_turns: int) -> dict:
+    """Pass@1 averaged over turns, before and after, paired over the problems evaluated in both (in
+    points): the mean per-problem change and its standard error (std of the changes / sqrt(n))."""
+    b, a = per_problem_pass1(before, n_turns), per_problem_pass1(after, n_turns)
+    common = sorted(set(a) & set(b))
+    changes = [100 * (a[p] - b[p]) for p in common]
+    n = len(changes)
+    mean = sum(changes) / n if n else 0.0
+    se = math.sqrt(sum((c - mean) ** 2 for c in changes) / (n - 1) / n) if n > 1 else float("nan")
+    return {"problems": n, "before": 100 * sum(b[p] for p in common) / max(1, n),
+            "after": 100 * sum(a[p] for p in common) / max(1, n), "change": mean, "se": se,
+            "improved": sum(c > 0 for c in changes), "worse": sum(c < 0 for c in changes)}
+
+
+def reward_trend(steps: list[dict]) -> dict:
+    """Mean training reward over the first and the last quarter of the steps, and the difference."""
+    rewards = [m["reward_mean"] for m in steps]
+    q = max(1, len(rewards) // 4)
+    first, last = sum(rewards[:q]) / q, sum(rewards[-q:]) / q
+    return {"steps": len(rewards), "quarter": q, "first_quarter": first, "last_quarter": last, "rise": last - first}
+
+
+def plot_learning(steps: list[dict], before: dict, after: dict, path, se_before=None, se_after=None) -> bool:
+    """Two panels: the training reward per step (and its moving mean); held-out Pass@1 per turn before
+    and after training (error bars: standard error over problems). False without matplotlib."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print(f"matplotlib is not installed: skipping {path} (pip install matplotlib)")
+        return False
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
+    x = [m["step"] for m in steps]
+    r = [m["reward_mean"] for m in steps]
+    left.plot(x, r, marker="o", alpha=0.6, label="mean reward of the step")
+    w = max(2, len(r) // 4)  # a quarter of the run, as the first/last-quarter comparison
+    if len(r) >= 2 * w:
+        moving = [sum(r[max(0, i - w + 1):i + 1]) / len(r[max(0, i - w + 1):i + 1]) for i in range(len(r))]
+        left.plot(x, moving, linewidth=2, label=f"moving mean ({w} steps)")
+    left.set_xlabel("GRPO step")
+    left.set_ylabel("training reward")
+    left.set_title("Training reward (rewards lie in [-1, 1])")
+    left.grid(alpha=0.3)
+    left.legend(fontsize=8)
+    for label, s, se in (("before training", before, se_before), ("after training", after, se_after)):
+        turns = range(len(s["pass@1"]))
+        right.errorbar(turns, s["pass@1"], yerr=se, marker="o", capsize=3, label=label)
+    right.set_xticks(list(range(len(before["pass@1"]))))
+    right.set_ylim(0, 100)
+    right.set_xlabel("turn")
+    right.set_ylabel("Pass@1 (%)")
+    right.set_title("Held-out Pass@1 per turn (bars: standard error)")
+    right.grid(alpha=0.3)
+    right.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def pass1_se_per_turn(problem_records: list[dict], n_turns: int) -> list[float]:
+    """Standard error over problems of Pass@1 at each turn (in points)."""
+    out = []
+    for t in range(n_turns):
+        vals = [100 * sum(solved_at(tr, t) for tr in rec["samples"]) / len(rec["samples"]) for rec in problem_records]
+        n = len(vals)
+        m = sum(vals) / n if n else 0.0
+        out.append(math.sqrt(sum((v - m) ** 2 for v in vals) / (n - 1) / n) if n > 1 else 0.0)
+    return out
+
+
 def plot_pass_at_1(curves: dict, path, title: str = "Pass@1 per turn") -> bool:
     """Plot one or more Pass@1 curves ({label: [values]}) to a PNG; False (with a message) without matplotlib."""
     try:
@@ -91,10 +169,14 @@ def plot_pass_at_1(curves: dict, path, title: str = "Pass@1 per turn") -> bool:
 
 
 def demo_report(out) -> str:
-    """The demo's closing table: Pass@1 per turn before/after training (and with perturbed feedback),
-    the mean training reward per step, and where the files are. Also writes OUT/pass_at_1_demo.png."""
+    """The demo's closing report: held-out Pass@1 per turn before/after training (and with perturbed
+    feedback), the paired change over problems with its standard error, the training reward's rise from
+    the first to the last quarter of the steps, and where the files are. Writes OUT/learning.png
+    (reward per step; Pass@1 per turn before/after) and OUT/pass_at_1_demo.png."""
     import json
     from pathlib import Path
+
+    from cobalt_min.jsonl import read_jsonl
     out = Path(out)
     runs = {"before": out / "eval_before", "after": out / "eval_after", "after, perturbed": out / "eval_after_ptb",
             "before, perturbed": out / "eval_before_ptb"}
@@ -115,14 +197,35 @@ def demo_report(out) -> str:
             lines.append(f"{t:>4}  " + "  ".join(cells))
         plot_pass_at_1({k: s["pass@1"] for k, s in summaries.items()}, out / "pass_at_1_demo.png",
                        title="Held-out Pass@1, before and after COBALT")
+    records = {k: read_jsonl(runs[k] / "trajectories.jsonl") for k in ("before", "after")
+               if (runs[k] / "trajectories.jsonl").exists()}
+    result = {}
+    if len(records) == 2 and "before" in summaries:
+        n_turns = len(summaries["before"]["pass@1"])
+        change = paired_change(records["before"], records["after"], n_turns)
+        result["pass1_change"] = change
+        lines.append("")
+        lines.append(f"Pass@1 averaged over the {n_turns} turns, paired over {change['problems']} problems: "
+                     f"{change['before']:.1f} -> {change['after']:.1f}, change {change['change']:+.1f} points "
+                     f"(standard error {change['se']:.1f}; {change['improved']} problems better, {change['worse']} worse)")
     metrics_path = out / "train" / "metrics.jsonl"
-    if metrics_path.exists():
-        steps = [json.loads(x) for x in metrics_path.read_text().splitlines() if x.strip()]
+    steps = [json.loads(x) for x in metrics_path.read_text().splitlines() if x.strip()] if metrics_path.exists() else []
+    if steps:
+        trend = reward_trend(steps)
+        result["reward_trend"] = trend
+        lines.append(f"training reward: first quarter ({trend['quarter']} steps) {trend['first_quarter']:+.3f}, last "
+                     f"quarter {trend['last_quarter']:+.3f}: {trend['rise']:+.3f}")
         lines.append("")
         lines.append("training: step, mean reward, pass rate of sampled programs, share without code")
         for m in steps:
             lines.append(f"  step {m['step']:>3}: reward {m['reward_mean']:+.3f}  pass rate {m['pass_rate']:.3f}  "
                          f"no code {m['no_code']:.2f}")
+        if len(records) == 2:
+            n_turns = len(summaries["before"]["pass@1"])
+            plot_learning(steps, summaries["before"], summaries["after"], out / "learning.png",
+                          pass1_se_per_turn(records["before"], n_turns), pass1_se_per_turn(records["after"], n_turns))
+    if result:
+        (out / "learning.json").write_text(json.dumps(result, indent=2))
     stats = out / "collect" / "stats.json"
     if stats.exists():
         st = json.loads(stats.read_text())
@@ -132,7 +235,8 @@ def demo_report(out) -> str:
     lines.append("files:")
     for name in ["eval_before/summary.json", "eval_before/trajectories.jsonl", "collect/raw.jsonl",
                  "collect/contexts.jsonl", "collect/perturbed_contexts.jsonl", "train/metrics.jsonl", "train/final",
-                 "eval_after/summary.json", "eval_after_ptb/hacking_report.json", "pass_at_1_demo.png"]:
+                 "eval_after/summary.json", "eval_after_ptb/hacking_report.json", "learning.png", "learning.json",
+                 "pass_at_1_demo.png"]:
         if (out / name).exists():
             lines.append(f"  {out / name}")
     return "\n".join(lines)

@@ -562,9 +562,16 @@ def main(argv=None):
     sp.add_argument("--train-out", required=True)
     sp.add_argument("--heldout-out", required=True)
     sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--difficulty", default=None, help="keep only problems of this difficulty (e.g. 'very easy function')")
     args = ap.parse_args(argv)
     if args.cmd == "split":
         probs = load_problems(args.source)
+        if args.difficulty:
+            kinds = sorted({p.difficulty for p in probs})
+            probs = [p for p in probs if p.difficulty == args.difficulty]
+            if not probs:
+                raise SystemExit(f"error: no problem of difficulty {args.difficulty!r} in {args.source} "
+                                 f"(it has: {', '.join(map(repr, kinds))})")
         if not 0 < args.heldout < len(probs):
             raise SystemExit(f"error: --heldout must be between 1 and {len(probs) - 1}")
         held = set(random.Random(args.seed).sample(range(len(probs)), args.heldout))

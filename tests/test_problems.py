@@ -23,9 +23,12 @@ def test_demo_set_shape():
     for p in probs:
         assert len(p.public_tests["inputs"]) == 4 and len(p.hidden_tests["inputs"]) >= 4, p.id  # >= 8 tests
         assert p.solutions and ("Input" in p.question or p.fn_name), p.id
-    very_easy = sum(p.difficulty == "very easy" for p in probs)
-    assert very_easy >= len(probs) // 3 - 1
-    assert sum(p.fn_name is not None for p in probs) >= 5
+    stdin = [p for p in probs if p.difficulty != "very easy function"]
+    assert len(stdin) >= 40 and sum(p.difficulty == "very easy" for p in stdin) >= len(stdin) // 3 - 1
+    assert sum(p.fn_name is not None for p in stdin) >= 5
+    # the learning demo's set: very easy call-based functions, enough for 30 training + 16 held-out problems
+    functions = [p for p in probs if p.difficulty == "very easy function"]
+    assert len(functions) >= 46 and all(p.fn_name and p.starter_code.startswith(f"def {p.fn_name}(") for p in functions)
 
 
 def test_demo_reference_solutions_pass_all_tests_and_wrong_ones_fail():
@@ -278,3 +281,15 @@ def test_taco_cleaning_rules():
     assert next(p for p in kept if p.id == "late-right").solutions[0] == good  # the verified one first
     again, _ = P.clean_taco(probs, seed=1, progress=False)
     assert [p.to_dict() for p in again] == [p.to_dict() for p in kept]  # seeded: deterministic
+
+
+def test_split_by_difficulty_is_disjoint_and_complete(tmp_path, capsys):
+    train, held = tmp_path / "train.jsonl", tmp_path / "held.jsonl"
+    P.main(["split", "demo", "--difficulty", "very easy function", "--heldout", "16", "--seed", "0",
+            "--train-out", str(train), "--heldout-out", str(held)])
+    a, b = P.load_problems(str(train)), P.load_problems(str(held))
+    assert len(b) == 16 and not {p.id for p in a} & {p.id for p in b}
+    assert {p.id for p in a + b} == {p.id for p in P.load_problems("demo") if p.difficulty == "very easy function"}
+    with pytest.raises(SystemExit, match="no problem of difficulty 'nope' in demo"):
+        P.main(["split", "demo", "--difficulty", "nope", "--heldout", "1", "--train-out", str(train),
+                "--heldout-out", str(held)])

@@ -5,9 +5,10 @@ to the model as feedback), the rest hidden.
 
     python -m cobalt_min.data.make_demo            # rewrite demo.jsonl
 
-About a third of the problems are very easy (a 135M-parameter model solves some of them); the rest
-are easy-to-medium with a trap in the hidden tests (edge cases, inputs too large for a quadratic
-first attempt), so that feedback over several turns matters. WRONG holds typical first attempts
+PROBLEMS: about a third very easy, the rest easy-to-medium with a trap in the hidden tests (edge
+cases, inputs too large for a quadratic first attempt), so that feedback over several turns matters.
+FUNCTIONS: very easy call-based problems ("very easy function"), the kind a 135M-parameter model
+solves now and then: the learning demo (demo.sh) trains and evaluates on them. WRONG holds typical first attempts
 that pass the public tests and fail hidden ones; tests/test_problems.py checks that they do.
 """
 
@@ -303,6 +304,143 @@ PROBLEMS = [
 ]
 
 # Typical first attempts: pass the public tests, fail a hidden one.
+
+
+def _function(pid, name, args, task, solution_body, inputs):
+    """A very easy call-based problem: `def name(args)` returning what `task` says (starter code given)."""
+    signature = f"def {name}({args}):\n"
+    statement = f"{pid.replace('-', ' ').title()}\n\nWrite a function {name}({args}) that {task}"
+    return (pid, "very easy function", statement, signature + solution_body, inputs, name, signature)
+
+
+# Very easy functions: a 135M-parameter model writes a correct one now and then, so that the learning demo has
+# problems on which reinforcement learning can move Pass@1. Each has 8 tests, edge cases among the hidden ones.
+FUNCTIONS = [
+    _function("add-two", "add", "a, b", "returns the sum of the integers a and b.", "    return a + b\n",
+              [[1, 2], [10, 5], [0, 0], [-3, 3], [100, -250], [7, 8], [-5, -6], [123456, 654321]]),
+    _function("subtract-two", "subtract", "a, b", "returns a minus b for integers a and b.", "    return a - b\n",
+              [[5, 3], [3, 5], [0, 0], [10, -2], [-4, -4], [100, 1], [-7, 3], [999, 1000]]),
+    _function("multiply-two", "multiply", "a, b", "returns the product of the integers a and b.", "    return a * b\n",
+              [[2, 3], [0, 5], [-2, 4], [7, 7], [-3, -3], [1, 99], [12, 12], [100000, 100000]]),
+    _function("square-number", "square", "n", "returns n squared (n * n) for an integer n.", "    return n * n\n",
+              [[3], [0], [-4], [10], [1], [-1], [25], [1000]]),
+    _function("cube-number", "cube", "n", "returns n cubed (n * n * n) for an integer n.", "    return n ** 3\n",
+              [[2], [0], [-3], [5], [1], [-1], [10], [100]]),
+    _function("absolute-value", "absolute", "n", "returns the absolute value of the integer n.",
+              "    return abs(n)\n", [[-5], [5], [0], [-1], [12], [-100], [7], [-123456]]),
+    _function("is-even", "is_even", "n", "returns True if the integer n is even and False otherwise.",
+              "    return n % 2 == 0\n", [[4], [7], [0], [-2], [-3], [100], [1], [999]]),
+    _function("is-odd", "is_odd", "n", "returns True if the integer n is odd and False otherwise.",
+              "    return n % 2 == 1\n", [[3], [8], [0], [-3], [-4], [101], [1], [1000]]),
+    _function("max-of-two", "max_of_two", "a, b", "returns the larger of the integers a and b.",
+              "    return max(a, b)\n", [[1, 2], [5, 3], [4, 4], [-1, -5], [0, -1], [100, 99], [-7, 7], [3, 30]]),
+    _function("min-of-three", "min_of_three", "a, b, c", "returns the smallest of the integers a, b and c.",
+              "    return min(a, b, c)\n",
+              [[1, 2, 3], [3, 2, 1], [2, 1, 3], [5, 5, 5], [-1, 0, 1], [10, -10, 0], [7, 3, 3], [100, 50, 75]]),
+    _function("list-total", "list_sum", "nums", "returns the sum of the integers in the list nums (0 for an "
+              "empty list).", "    return sum(nums)\n",
+              [[[1, 2, 3]], [[5]], [[-1, 1]], [[10, 20, 30, 40]], [[]], [[-5, -5]], [[0, 0, 0]], [[100, -50, 25]]]),
+    _function("largest-in-list", "list_max", "nums", "returns the largest integer in the non-empty list nums.",
+              "    return max(nums)\n",
+              [[[1, 5, 3]], [[7]], [[-1, -2]], [[4, 4, 4]], [[-10, -3, -7]], [[0, 100, 99]], [[2, 1]], [[8, 9, 10]]]),
+    _function("smallest-in-list", "list_min", "nums", "returns the smallest integer in the non-empty list nums.",
+              "    return min(nums)\n",
+              [[[4, 2, 8]], [[3]], [[-1, -2]], [[5, 5]], [[0, -100, 50]], [[9, 8, 7]], [[1, 2, 3]], [[-3, 3]]]),
+    _function("list-length", "list_length", "items", "returns the number of elements in the list items.",
+              "    return len(items)\n",
+              [[[1, 2, 3]], [[]], [["a"]], [[0, 0]], [[1, 2, 3, 4, 5, 6]], [["x", "y"]], [[[1], [2]]], [[7] * 10]]),
+    _function("count-positives", "count_positive", "nums", "returns how many integers in the list nums are "
+              "greater than zero.", "    return sum(1 for x in nums if x > 0)\n",
+              [[[1, -2, 3]], [[]], [[0, 0]], [[5, 6, 7]], [[-1, -2]], [[0, 1]], [[10, -10, 10]], [[2]]]),
+    _function("reverse-text", "reverse_string", "s", "returns the string s reversed.", "    return s[::-1]\n",
+              [["abc"], ["hello"], [""], ["a"], ["racecar"], ["ab cd"], ["12345"], ["Python"]]),
+    _function("upper-case", "to_upper", "s", "returns the string s with every letter in upper case.",
+              "    return s.upper()\n", [["abc"], ["Hello"], [""], ["ABC"], ["a1b2"], ["mixed Case"], ["z"], ["x y"]]),
+    _function("string-length", "string_length", "s", "returns the number of characters in the string s.",
+              "    return len(s)\n", [["abc"], [""], ["hello world"], ["a"], ["  "], ["12345"], ["x" * 20], ["ok!"]]),
+    _function("first-character", "first_char", "s", "returns the first character of the non-empty string s.",
+              "    return s[0]\n", [["abc"], ["z"], ["Hello"], ["123"], [" x"], ["!?"], ["ab"], ["Q"]]),
+    _function("last-character", "last_char", "s", "returns the last character of the non-empty string s.",
+              "    return s[-1]\n", [["abc"], ["z"], ["Hello"], ["123"], ["x "], ["!?"], ["ab"], ["Q"]]),
+    _function("last-element", "last_element", "nums", "returns the last element of the non-empty list nums.",
+              "    return nums[-1]\n", [[[1, 2, 3]], [[7]], [[-1, -2]], [[0, 5]], [[9, 8, 7, 6]], [[4, 4]], [[1, 0]],
+                                     [[100, 200]]]),
+    _function("double-each", "double_all", "nums", "returns a new list with every integer of nums doubled.",
+              "    return [2 * x for x in nums]\n",
+              [[[1, 2, 3]], [[]], [[0]], [[-1, 5]], [[10, 20]], [[7]], [[-3, -3]], [[1, 0, -1]]]),
+    _function("count-letter", "count_char", "s, c", "returns how many times the character c occurs in the "
+              "string s.", "    return s.count(c)\n",
+              [["banana", "a"], ["hello", "l"], ["", "x"], ["abc", "z"], ["aaaa", "a"], ["Mississippi", "s"],
+               ["a b a", " "], ["xyz", "y"]]),
+    _function("palindrome-check", "is_palindrome", "s", "returns True if the string s reads the same backwards, "
+              "else False.", "    return s == s[::-1]\n",
+              [["racecar"], ["abc"], [""], ["a"], ["abba"], ["ab"], ["noon"], ["abca"]]),
+    _function("factorial-number", "factorial", "n", "returns n! (the product 1 * 2 * ... * n; 0! = 1) for an "
+              "integer 0 <= n <= 20.", "    r = 1\n    for i in range(2, n + 1):\n        r *= i\n    return r\n",
+              [[0], [1], [3], [5], [10], [2], [7], [20]]),
+    _function("fibonacci-number", "fibonacci", "n", "returns the n-th Fibonacci number, with fibonacci(0) = 0 and "
+              "fibonacci(1) = 1 (0 <= n <= 50).", "    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n"
+              "    return a\n", [[0], [1], [2], [5], [10], [3], [20], [50]]),
+    _function("sum-up-to", "sum_to_n", "n", "returns 1 + 2 + ... + n for an integer n >= 0 (0 for n = 0).",
+              "    return n * (n + 1) // 2\n", [[1], [3], [0], [10], [100], [2], [5], [1000000]]),
+    _function("count-evens", "count_evens", "nums", "returns how many integers in the list nums are even.",
+              "    return sum(1 for x in nums if x % 2 == 0)\n",
+              [[[1, 2, 4]], [[]], [[1, 3]], [[0]], [[2, 2, 2]], [[-2, -3]], [[10, 11, 12, 13]], [[7]]]),
+    _function("sorted-copy", "sort_list", "nums", "returns the integers of nums sorted in increasing order.",
+              "    return sorted(nums)\n",
+              [[[3, 1, 2]], [[]], [[1]], [[5, 5, 1]], [[-1, -3, 2]], [[9, 8, 7, 6]], [[0, 0]], [[2, 10, 1]]]),
+    _function("unique-in-order", "remove_duplicates", "nums", "returns the list nums without repeated values, "
+              "keeping the first occurrence of each, in order.",
+              "    out = []\n    for x in nums:\n        if x not in out:\n            out.append(x)\n    return out\n",
+              [[[1, 2, 1]], [[]], [[5, 5, 5]], [[3, 1, 3, 2]], [[1]], [[2, 1, 2, 1]], [[0, -1, 0]], [[4, 3, 2]]]),
+    _function("join-with-spaces", "join_words", "words", "returns the strings of the list words joined with "
+              "single spaces.", "    return ' '.join(words)\n",
+              [[["a", "b"]], [[]], [["hello"]], [["x", "y", "z"]], [["one", "two"]], [["", "a"]], [["1", "2", "3"]],
+               [["ab", "cd"]]]),
+    _function("word-count", "word_count", "s", "returns the number of words in the string s (words are separated "
+              "by spaces).", "    return len(s.split())\n",
+              [["hello world"], [""], ["one"], ["a b c"], ["  two  words "], ["x y"], ["the quick brown fox"], ["z"]]),
+    _function("sign-of-number", "sign", "n", "returns 1 if the integer n is positive, -1 if it is negative and 0 "
+              "if it is zero.", "    return (n > 0) - (n < 0)\n", [[5], [-3], [0], [1], [-1], [100], [-100], [7]]),
+    _function("repeat-text", "repeat_string", "s, k", "returns the string s repeated k times (k >= 0).",
+              "    return s * k\n", [["ab", 3], ["x", 1], ["hi", 0], ["", 5], ["a", 4], ["xy", 2], ["-", 6], ["ok", 1]]),
+    _function("contains-value", "contains", "nums, x", "returns True if x is in the list nums, else False.",
+              "    return x in nums\n",
+              [[[1, 2, 3], 2], [[1, 2, 3], 5], [[], 1], [[0], 0], [[-1, -2], -2], [[5, 5], 6], [[7], 7], [[1, 2], 0]]),
+    _function("index-of-value", "index_of", "nums, x", "returns the index of the first occurrence of x in the list "
+              "nums, or -1 if x is not in it.", "    return nums.index(x) if x in nums else -1\n",
+              [[[4, 5, 6], 5], [[4, 5, 6], 7], [[], 1], [[1, 1], 1], [[0, 2, 2], 2], [[9], 9], [[3, 4], 3], [[1], 2]]),
+    _function("square-each", "square_all", "nums", "returns a new list with the square of every integer of nums.",
+              "    return [x * x for x in nums]\n",
+              [[[1, 2, 3]], [[]], [[-2]], [[0, 5]], [[10]], [[-1, 1]], [[3, 3]], [[7, -7, 0]]]),
+    _function("digit-total", "sum_of_digits", "n", "returns the sum of the decimal digits of the integer n >= 0.",
+              "    return sum(int(d) for d in str(n))\n", [[123], [0], [9], [1000], [999], [5050], [11], [987654321]]),
+    _function("vowel-count", "count_vowels", "s", "returns the number of vowels (a, e, i, o, u) in the lowercase "
+              "string s.", "    return sum(c in 'aeiou' for c in s)\n",
+              [["hello"], [""], ["sky"], ["aeiou"], ["banana"], ["rhythm"], ["queue"], ["programming"]]),
+    _function("range-of-list", "max_minus_min", "nums", "returns the largest minus the smallest integer of the "
+              "non-empty list nums.", "    return max(nums) - min(nums)\n",
+              [[[1, 5, 3]], [[7]], [[-1, 1]], [[4, 4]], [[10, -10]], [[0, 3, 9]], [[2, 1]], [[100, 50, 75]]]),
+    _function("is-sorted", "is_sorted", "nums", "returns True if the list nums is in non-decreasing order, else "
+              "False.", "    return all(a <= b for a, b in zip(nums, nums[1:]))\n",
+              [[[1, 2, 3]], [[3, 1]], [[]], [[5]], [[2, 2, 3]], [[1, 3, 2]], [[-1, 0, 1]], [[9, 8]]]),
+    _function("concatenate", "concat", "a, b", "returns the string a followed by the string b.",
+              "    return a + b\n", [["ab", "cd"], ["", "x"], ["x", ""], ["", ""], ["hello ", "world"], ["1", "2"],
+                                    ["a", "a"], ["foo", "bar"]]),
+    _function("product-of-list", "product", "nums", "returns the product of the integers in the list nums (1 for an "
+              "empty list).", "    r = 1\n    for x in nums:\n        r *= x\n    return r\n",
+              [[[1, 2, 3]], [[]], [[5]], [[0, 9]], [[-1, 2]], [[2, 2, 2]], [[-2, -3]], [[10, 10]]]),
+    _function("keep-evens", "even_numbers", "nums", "returns the even integers of nums, in their order.",
+              "    return [x for x in nums if x % 2 == 0]\n",
+              [[[1, 2, 3, 4]], [[]], [[1, 3]], [[0]], [[-2, -1]], [[6, 6]], [[5, 10, 15, 20]], [[2]]]),
+    _function("greatest-common-divisor", "gcd", "a, b", "returns the greatest common divisor of the positive "
+              "integers a and b.", "    while b:\n        a, b = b, a % b\n    return a\n",
+              [[12, 8], [7, 3], [5, 5], [100, 10], [1, 9], [18, 24], [17, 34], [270, 192]]),
+    _function("integer-power", "power", "a, b", "returns a raised to the power b for integers a and b >= 0.",
+              "    return a ** b\n", [[2, 3], [5, 0], [3, 2], [-2, 3], [10, 5], [1, 100], [0, 3], [7, 2]]),
+]
+
+
 WRONG = {
     "second-largest": "input()\nxs = sorted(map(int, input().split()))\nprint(xs[-2])\n",
     "palindrome-sentence": "s = input()\nprint('YES' if s == s[::-1] else 'NO')\n",
@@ -323,7 +461,7 @@ def build(path: Path = OUT) -> list:
     """Run every reference solution on its inputs (in the sandbox) and write the problem set."""
     from cobalt_min.problems import Problem, save_problems, split_tests
     out = []
-    for pid, difficulty, statement, solution, inputs, *call in PROBLEMS:
+    for pid, difficulty, statement, solution, inputs, *call in PROBLEMS + FUNCTIONS:
         fn_name, starter = call if call else (None, "")
         tests = {"inputs": inputs, "outputs": reference_outputs(solution, inputs, fn_name)}
         if fn_name:
