@@ -28,6 +28,7 @@ from tqdm.auto import tqdm
 from cobalt_min.generation import find_smollm2_gguf, make_engine
 from cobalt_min.jsonl import append_jsonl, read_jsonl, write_jsonl
 from cobalt_min.problems import load_problems
+from cobalt_min.report import write_report
 from cobalt_min.rollout import rollout
 from cobalt_min.sandbox import require_safe_sandbox
 from cobalt_min.trajectories import PROMPT_BUDGET, build_contexts
@@ -141,7 +142,7 @@ def main(argv=None):
           f"{stats['dropped_all_pass']}, without a usable trajectory: {stats['no_usable_trajectory']}")
     print(f"trajectories kept: {stats['trajectories_kept']}; contexts: {stats['contexts']} "
           f"(per turn: {dict(sorted(stats['contexts_per_turn'].items()))})")
-    print(f"wrote {ctx_path} and {out / 'stats.json'}")
+    print(f"wrote {ctx_path}, {out / 'stats.json'} and {write_report(out)}")
 
 
 if __name__ == "__main__":

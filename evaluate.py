@@ -28,6 +28,7 @@ from cobalt_min.generation import find_smollm2_gguf, make_engine
 from cobalt_min.jsonl import append_jsonl, read_jsonl
 from cobalt_min.metrics import format_table, plot_pass_at_1, summarize
 from cobalt_min.problems import load_problems
+from cobalt_min.report import write_report
 from cobalt_min.rollout import rollout
 from cobalt_min.sandbox import require_safe_sandbox
 
@@ -140,7 +141,7 @@ def main(argv=None):
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     print(format_table(summary, title=f"{args.model} on {args.problems}" + (" (perturbed)" if args.perturbed else "")))
     plot_pass_at_1({"Pass@1": summary["pass@1"]}, out / "pass_at_1.png")
-    print(f"wrote {traj_path}, {out / 'summary.json'}, {out / 'pass_at_1.png'}")
+    print(f"wrote {traj_path}, {out / 'summary.json'}, {out / 'pass_at_1.png'}, {write_report(out)}")
 
 
 if __name__ == "__main__":

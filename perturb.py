@@ -25,6 +25,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from cobalt_min.jsonl import append_jsonl, read_jsonl, write_jsonl
+from cobalt_min.report import run_kind, write_report
 
 
 def cmd_tests(args):
@@ -91,7 +92,7 @@ def cmd_analyze(args):
     print(f"hacking candidates: {len(cases)} in {len(per_problem)}/{len(records)} problems "
           f"({report['candidates_per_trajectory']:.3f} per trajectory)")
     print("per turn: " + ", ".join(f"t={t}: {n}" for t, n in report["per_turn"].items()))
-    print(f"wrote {run / 'hacking_candidates.jsonl'} and {run / 'hacking_report.json'}")
+    print(f"wrote {run / 'hacking_candidates.jsonl'}, {run / 'hacking_report.json'} and {write_report(run)}")
 
 
 def cmd_judge(args):
@@ -134,6 +135,8 @@ def cmd_judge(args):
     for c, v in table.items():
         print(f"{c:<20} {100 * v:5.1f}%")
     print(f"wrote {out} and {out.with_suffix('.summary.json')}")
+    if out.name == "judgements.jsonl" and run_kind(out.parent) == "evaluate":  # the run's report shows the labels
+        print(f"wrote {write_report(out.parent)}")
 
 
 def main(argv=None):

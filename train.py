@@ -45,6 +45,7 @@ from cobalt_min.grpo import group_advantages, policy_loss
 from cobalt_min.logprobs import LogprobModel, SequenceBatch, pack_groups
 from cobalt_min.jsonl import append_jsonl, read_jsonl
 from cobalt_min.prompts import extract_code
+from cobalt_min.report import write_report
 from cobalt_min.rewards import correctness_reward, training_reward, validation_reward
 from cobalt_min.sandbox import pass_rate, require_safe_sandbox, run_batch
 
@@ -471,7 +472,7 @@ def main(argv=None):
         final.config.use_cache = True
         final.save_pretrained(out / "final", state_dict={k.removeprefix("lm."): v for k, v in state.items()})
         tokenizer.save_pretrained(out / "final")
-        log(f"wrote {out / 'metrics.jsonl'} and the final policy to {out / 'final'}")
+        log(f"wrote {out / 'metrics.jsonl'}, {write_report(out)} and the final policy to {out / 'final'}")
     accelerator.end_training()
 
 
