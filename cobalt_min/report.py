@@ -2,7 +2,7 @@
 
     python -m cobalt_min.report RUN_DIR [RUN_DIR ...] [--out FILE]
 
-RUN_DIR is an evaluate.py run (summary.json + trajectories.jsonl), a train.py run (metrics.jsonl), a
+RUN_DIR is an evaluate.py run (trajectories.jsonl, summary.json), a train.py run (metrics.jsonl), a
 collect.py run (stats.json + contexts.jsonl), or a folder holding such runs (the demo's demo_out/).
 Several evaluation runs (before / after training, true / perturbed feedback) share one Pass@1 chart.
 The scripts write RUN_DIR/report.html at the end of their runs; this command rebuilds it.
@@ -27,7 +27,7 @@ import math
 from pathlib import Path
 
 from cobalt_min.jsonl import read_jsonl
-from cobalt_min.metrics import solved_at
+from cobalt_min.metrics import solved_at, summarize
 
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
 CONTEXTS_SHOWN = 3  # collect runs: how many contexts the page shows as the policy sees them
@@ -38,7 +38,7 @@ CONTEXTS_SHOWN = 3  # collect runs: how many contexts the page shows as the poli
 
 def run_kind(path: Path) -> str | None:
     """'evaluate', 'train' or 'collect' by the files a run writes; None for anything else."""
-    if (path / "trajectories.jsonl").exists() and (path / "summary.json").exists():
+    if (path / "trajectories.jsonl").exists():
         return "evaluate"
     if (path / "metrics.jsonl").exists():
         return "train"
@@ -57,7 +57,7 @@ def find_runs(paths: list) -> list[tuple[str, Path]]:
         found = [(kind, path)] if kind else [(run_kind(p), p) for p in sorted(path.iterdir())
                                              if p.is_dir() and run_kind(p)]
         if not found:
-            raise SystemExit(f"error: {path} holds no run (evaluate.py: summary.json + trajectories.jsonl, "
+            raise SystemExit(f"error: {path} holds no run (evaluate.py: trajectories.jsonl, "
                              "train.py: metrics.jsonl, collect.py: stats.json + contexts.jsonl)")
         runs += found
     return runs
@@ -137,12 +137,12 @@ def problem_payload(record: dict, candidates: dict) -> dict:
     """What the page shows of one problem: per sample and turn the response, the program, the public
     results, the pass rates and the feedback shown next; perturbed tests and hacking candidates marked."""
     first = record["samples"][0] if record["samples"] else {}
-    question = next((m["content"] for m in first.get("messages") or [] if m["role"] == "user"), "")
+    question = next((m.get("content", "") for m in first.get("messages") or [] if m.get("role") == "user"), "")
     samples = []
-    for traj in record["samples"]:
-        turns = [{"response": t["response"], "program": t["program"], "feedback": t["feedback"],
-                  "public": [r["status"] for r in t["public"]], "public_pass_rate": t["public_pass_rate"],
-                  "hidden_pass_rate": t["hidden_pass_rate"],
+    for traj in record["samples"]:  # (.get: records that perturb.py analyze accepts may lack a field)
+        turns = [{"response": t.get("response", ""), "program": t.get("program"), "feedback": t.get("feedback", ""),
+                  "public": [r.get("status", "passed" if r.get("passed") else "failed") for r in t.get("public", [])],
+                  "public_pass_rate": t.get("public_pass_rate", 0.0), "hidden_pass_rate": t["hidden_pass_rate"],
                   "candidate": candidates.get((traj["sample"], t["turn"]))} for t in traj["turns"]]
         samples.append({"sample": traj["sample"], "turns": turns})
     return {"problem_id": record["problem_id"], "question": question,
@@ -174,10 +174,19 @@ def solved_grid(records: list[dict], n_turns: int, run_id: str) -> str:
     return (f'<table class="grid" id="{run_id}-grid"><tr><th>problem</th>{head}</tr>{"".join(rows)}</table>')
 
 
+def load_summary(path: Path) -> dict:
+    """An evaluation's summary.json, or (a run still going, or written by hand) its summary computed from
+    the trajectories written so far."""
+    if (path / "summary.json").exists():
+        return json.loads((path / "summary.json").read_text())
+    records = read_jsonl(path / "trajectories.jsonl")
+    return summarize(records, max((len(s["turns"]) for r in records for s in r["samples"]), default=0))
+
+
 def evaluate_section(runs: list[tuple[str, Path]], payloads: list) -> str:
     """Pass@1 per turn of every evaluation run in one chart, a numbers table, then per run its grid
     and its problems (each a collapsed block whose conversations load when opened)."""
-    summaries = {name: json.loads((path / "summary.json").read_text()) for name, path in runs}
+    summaries = {name: load_summary(path) for name, path in runs}
     chart = line_chart({name: list(enumerate(s["pass@1"])) for name, s in summaries.items()},
                        title="Pass@1 per turn (%)", xlabel="turn", ylabel="Pass@1 %", y_range=(0, 100))
     rate = line_chart({name: list(enumerate(s.get("mean_test_pass_rate", []))) for name, s in summaries.items()},

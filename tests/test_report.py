@@ -95,6 +95,9 @@ def test_command_line_and_clear_errors(tmp_path, capsys):
     main([str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "both.html")])
     page = (tmp_path / "both.html").read_text()
     assert 'data-label="a"' in page and 'data-label="b"' in page  # two runs side by side in one chart
+    (tmp_path / "a" / "summary.json").unlink()  # a run still going: Pass@1 from the trajectories so far
+    page = write_report(tmp_path / "a").read_text()
+    assert 'data-label="a" data-points="0,50 1,75"' in page
     (tmp_path / "empty").mkdir()
     with pytest.raises(SystemExit, match="holds no run"):
         main([str(tmp_path / "empty")])
