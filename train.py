@@ -26,20 +26,20 @@ final/ (save_pretrained: load it with evaluate.py --model OUT/final).
 import argparse
 import contextlib
 import copy
-import json
+import dataclasses
 import math
 import os
 import random
-import shutil
 import sys
 import time
 from pathlib import Path
 
 import torch
 from accelerate import Accelerator
-from accelerate.utils import DistributedType, set_seed
+from accelerate.utils import set_seed
 from tqdm.auto import tqdm
 
+from cobalt_min.checkpoint import gathered_policy, resume, save_checkpoint, save_final_policy
 from cobalt_min.generation import HFEngine, chat_prompt_ids, find_smollm2_gguf, load_model, vllm_usable
 from cobalt_min.grpo import group_advantages, policy_loss
 from cobalt_min.logprobs import LogprobModel, SequenceBatch, pack_groups
@@ -47,7 +47,7 @@ from cobalt_min.jsonl import append_jsonl, read_jsonl
 from cobalt_min.prompts import extract_code
 from cobalt_min.report import write_report
 from cobalt_min.rewards import correctness_reward, training_reward, validation_reward
-from cobalt_min.sandbox import pass_rate, require_safe_sandbox, run_batch
+from cobalt_min.sandbox import pass_rate, require_safe_sandbox, run_programs
 
 
 def parse_args(argv=None):
@@ -169,38 +169,249 @@ def epoch_order(n: int, epoch: int, seed: int) -> list[int]:
     return order
 
 
-# ----------------------------------------------------------------------------- helpers
+# ----------------------------------------------------------------------------- set-up
+
+
+@dataclasses.dataclass
+class Learner:
+    """What a training run holds: the policy being trained (wrapped by Accelerate), the frozen reference
+    policy (None without a KL term), the optimizer, the sampler and the reward function."""
+    accelerator: Accelerator
+    policy: torch.nn.Module   # LogprobModel around the language model, prepared by Accelerate
+    ref: torch.nn.Module | None
+    optimizer: torch.optim.Optimizer
+    scheduler: object
+    tokenizer: object
+    engine: object            # HFEngine (samples from `policy` itself) or VLLMEngine (weights pushed each step)
+    use_vllm: bool
+    score: object             # (contexts, completions) -> (rewards (B, G), pass rates (B*G,)): cobalt_scores / sanity_scores
+
+
+def load_training_contexts(args, log) -> tuple[list, list]:
+    """(training contexts, validation contexts): the clean contexts plus the perturbed ones (paper §7),
+    every record checked."""
+    contexts = load_contexts(args.contexts)
+    if args.perturbed_contexts:
+        # (perturb.py augment writes no context when no collected trajectory had feedback to perturb)
+        perturbed = load_contexts(args.perturbed_contexts, "perturbed contexts", may_be_empty=True)
+        if perturbed:
+            contexts = mix_perturbed(contexts, perturbed, args.perturbed_fraction, args.seed)
+        else:
+            log(f"warning: {args.perturbed_contexts} holds no perturbed contexts: training on the clean ones only")
+    elif args.perturbed_fraction is not None:
+        raise SystemExit("error: --perturbed-fraction needs --perturbed-contexts")
+    val_contexts = load_contexts(args.val_contexts, "validation contexts")[:args.val_limit] if args.val_contexts else []
+    return contexts, val_contexts
+
+
+def fit_prompt_budget(contexts: list, val_contexts: list, count_prompt_tokens, args, log) -> tuple[list, list, int]:
+    """Drop the contexts longer than --max-prompt-tokens, here, once (drop_long_contexts says why):
+    (training contexts, validation contexts, how many training contexts were dropped)."""
+    contexts, too_long = drop_long_contexts(contexts, count_prompt_tokens, args.max_prompt_tokens)
+    val_contexts, val_too_long = drop_long_contexts(val_contexts, count_prompt_tokens, args.max_prompt_tokens)
+    if not contexts:
+        raise SystemExit(f"error: every training context is longer than --max-prompt-tokens {args.max_prompt_tokens}")
+    log(f"{len(contexts)} training contexts, {len(val_contexts)} validation contexts; dropped as longer than "
+        f"{args.max_prompt_tokens} prompt tokens: {too_long} training, {val_too_long} validation")
+    return contexts, val_contexts, too_long
+
+
+def cobalt_scores(args, count_tokens, workers):
+    """The paper's reward (§3): run each sampled program on ALL tests of its problem, then
+    r = correctness against the context's prev_best + improvement + format (rewards.training_reward)."""
+    def score(contexts, completions):
+        samples = [(c, comp) for c, comps in zip(contexts, completions) for comp in comps]  # B*G, by context
+        results = run_programs([extract_code(comp.text) for _, comp in samples], [c["tests"] for c, _ in samples],
+                               timeout_s=args.timeout, workers=workers)
+        rates = [None if r is None else pass_rate(r) for r in results]  # None: no code block
+        rewards = [training_reward(comp.text, pr, c["prev_best"], count_tokens=count_tokens, thinking=args.thinking)
+                   for (c, comp), pr in zip(samples, rates)]
+        return torch.tensor(rewards).view(len(contexts), -1), rates
+    return score
+
+
+def sanity_scores(token_ids: str):
+    """--sanity-reward-tokens: the share of completion tokens among the given ids, no execution. A quick
+    check that rewards, advantages, loss and optimizer fit together into something that learns."""
+    targets = {int(x) for x in token_ids.split(",")}
+
+    def score(contexts, completions):
+        rewards = [[sum(t in targets for t in comp.token_ids) / max(1, len(comp.token_ids)) for comp in comps]
+                   for comps in completions]
+        return torch.tensor(rewards), [None] * sum(map(len, completions))
+    return score
+
+
+def make_learner(args, accelerator, model_path: str, tokenizer, policy, workers) -> Learner:
+    """Prepare the policy, the frozen reference, AdamW at a constant learning rate, the sampler, and
+    choose the reward once."""
+    if args.gradient_checkpointing:
+        policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    policy.config.use_cache = False
+    ref = None
+    if args.kl_coef != 0.0:  # the reference policy: the initial weights, frozen (in the compute dtype)
+        ref_lm = copy.deepcopy(policy).eval().requires_grad_(False)
+        if accelerator.mixed_precision == "bf16":
+            ref_lm.to(torch.bfloat16)
+        ref = accelerator.prepare_model(LogprobModel(ref_lm, args.logprob_chunk), evaluation_mode=True)
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)  # constant, as the paper
+    wrapped, optimizer, scheduler = accelerator.prepare(LogprobModel(policy, args.logprob_chunk), optimizer, scheduler)
+    use_vllm = args.engine == "vllm" or (args.engine == "auto" and vllm_usable() and not model_path.endswith(".gguf"))
+    if use_vllm:
+        from cobalt_min.generation import VLLMEngine, require_vllm
+        require_vllm()
+        engine = VLLMEngine(model_path, thinking=args.thinking or None, seed=args.seed,
+                            gpu_memory_utilization=args.vllm_gpu_memory_utilization)
+    else:
+        engine = HFEngine(model_path, model=accelerator.unwrap_model(wrapped).lm, tokenizer=tokenizer,
+                          device=accelerator.device, thinking=args.thinking or None, batch_size=args.gen_batch_size)
+    count_tokens = lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
+    score = sanity_scores(args.sanity_reward_tokens) if args.sanity_reward_tokens else \
+        cobalt_scores(args, count_tokens, workers)
+    return Learner(accelerator, wrapped, ref, optimizer, scheduler, tokenizer, engine, use_vllm, score)
+
+
+# ----------------------------------------------------------------------------- the phases of a step
 
 
 @contextlib.contextmanager
-def gathered_policy(accelerator, wrapped):
-    """The unwrapped policy with all of its weights on this rank, for generation and weight sync.
-    DDP and single device: the model itself. FSDP (v1) and DeepSpeed ZeRO-3 shard the weights: they are
-    gathered for the duration (untested here: no multi-GPU machine in CI)."""
-    lm = accelerator.unwrap_model(wrapped).lm
-    if accelerator.distributed_type == DistributedType.FSDP:
-        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-        with FSDP.summon_full_params(wrapped, writeback=False):
-            yield lm
-    elif accelerator.distributed_type == DistributedType.DEEPSPEED and \
-            accelerator.state.deepspeed_plugin.zero_stage == 3:
-        import deepspeed
-        with deepspeed.zero.GatheredParameters(list(lm.parameters()), modifier_rank=None):
-            yield lm
-    else:
-        yield lm
+def timed(timings: dict, phase: str):
+    """Add the seconds the block takes to timings[phase]."""
+    start = time.perf_counter()
+    yield
+    timings[phase] = timings.get(phase, 0.0) + time.perf_counter() - start
 
 
-def pass_rates(programs: list, tests: list, *, timeout_s: float, workers) -> list:
-    """Pass rate of each program on its tests (None where the response had no code), one sandbox batch."""
-    jobs = [(p, t) for p, t in zip(programs, tests) if p is not None]
-    results = iter(run_batch(jobs, timeout_s=timeout_s, workers=workers) if jobs else [])
-    return [None if p is None else pass_rate(next(results)) for p in programs]
+def contexts_for_step(contexts: list, step: int, steps_per_epoch: int, args, rank: int, world: int):
+    """(epoch, this rank's share of the step's batch of contexts). The order is a function of the step
+    number alone, so a resumed run sees exactly the contexts an uninterrupted one would."""
+    epoch, position = divmod(step, steps_per_epoch)
+    order = epoch_order(len(contexts), epoch, args.seed)
+    batch_ids = order[position * args.batch_size:(position + 1) * args.batch_size]
+    return epoch, [contexts[i] for i in batch_ids[rank::world]]
 
 
-def checkpoints(out: Path) -> list[Path]:
-    """The checkpoint folders in --out, oldest first."""
-    return sorted((out / "checkpoints").glob("step_*"), key=lambda p: int(p.name.split("_")[1]))
+def sample_programs(learner: Learner, prompts: list, args, seed: int) -> list:
+    """G completions per prompt from the current policy: completions[b][g] (token ids, text, finished)."""
+    lm = learner.accelerator.unwrap_model(learner.policy).lm
+    lm.eval()
+    with gathered_policy(learner.accelerator, learner.policy), learner.accelerator.autocast():
+        completions = learner.engine.sample(prompts, n=args.group_size, temperature=args.temperature,
+                                            top_p=args.top_p, max_new_tokens=args.max_new_tokens, seed=seed)
+    lm.train()
+    return completions
+
+
+def sequence_logprobs(learner: Learner, prompts: list, completions: list, args):
+    """Pack prompts and completions (each context's prompt stored once, its G completions attending to
+    it) and compute the log-probs the loss compares against: the sampling policy's (only when a batch
+    gets several optimizer steps; with one, the ratio is 1) and the reference policy's (only with a KL
+    term). Returns (sequences, old log-probs or None, reference log-probs or None), log-probs (B*G, C)."""
+    eos = learner.tokenizer.eos_token_id
+    token_ids = [comp.token_ids or [eos] for comps in completions for comp in comps]
+    context_of = [b for b, comps in enumerate(completions) for _ in comps]
+    sequences = pack_groups(prompts, token_ids, context_of, learner.tokenizer.pad_token_id,
+                            device=learner.accelerator.device)  # prompts (B, P); completions (B*G, C)
+    old_logp = ref_logp = None
+    if args.mini_batches > 1:
+        old_logp = batched_logprobs(learner.policy, sequences, args.temperature, args.micro_batch_size)
+    if learner.ref is not None:
+        ref_logp = batched_logprobs(learner.ref, sequences, args.temperature, args.micro_batch_size)
+    return sequences, old_logp, ref_logp
+
+
+def update_policy(learner: Learner, sequences: SequenceBatch, advantages, old_logp, ref_logp, args, step: int) -> dict:
+    """The clipped GRPO update: the batch's B*G sequences in --mini-batches random mini-batches, one
+    optimizer step each, gradients accumulated over micro-batches of --micro-batch-size. Returns the
+    step's loss statistics (lists, averaged in the metrics)."""
+    accelerator, world = learner.accelerator, learner.accelerator.num_processes
+    order = torch.randperm(len(advantages), generator=torch.Generator().manual_seed(args.seed + step))
+    stats = {k: [] for k in ("loss", "clip_frac_high", "clip_frac_low", "clip_frac_dual", "kl", "ratio", "grad_norm")}
+    advantages = advantages.to(accelerator.device)
+    for k in range(args.mini_batches):
+        rows = order[k::args.mini_batches]
+        # token-mean over the whole mini-batch on all ranks: DDP averages gradients over the ranks, so
+        # each rank divides by (the mini-batch's tokens on all ranks / ranks).
+        tokens = accelerator.reduce(sequences.completion_mask[rows.to(accelerator.device)].sum().float(), "sum")
+        # Rows of one context next to each other, so that a micro-batch runs each prompt once (the
+        # mini-batch's gradient is the same sum whatever the order of its micro-batches).
+        rows = rows[torch.argsort(sequences.prompt_index.cpu()[rows], stable=True)]
+        for start in range(0, len(rows), args.micro_batch_size):
+            idx = rows[start:start + args.micro_batch_size].to(accelerator.device)
+            micro = sequences.rows(idx)
+            width = micro.completion_ids.shape[1]
+            logp = learner.policy(*micro.fields(), args.temperature)  # (micro-batch, width)
+            loss, loss_stats = policy_loss(logp, old_logp[idx, :width] if old_logp is not None else logp.detach(),
+                                  ref_logp[idx, :width] if ref_logp is not None else None, advantages[idx],
+                                  micro.completion_mask, clip_low=args.clip_low, clip_high=args.clip_high,
+                                  dual_clip=args.dual_clip, kl_coef=args.kl_coef, kl_estimator=args.kl_estimator,
+                                  agg=args.agg, minibatch_tokens=max(1.0, tokens.item() / world),
+                                  minibatch_sequences=len(rows))
+            accelerator.backward(loss)
+            for name in ("clip_frac_high", "clip_frac_low", "clip_frac_dual", "kl", "ratio"):
+                stats[name].append(loss_stats[name])
+            stats["loss"].append(loss.item())
+        stats["grad_norm"].append(float(accelerator.clip_grad_norm_(learner.policy.parameters(), args.grad_clip)))
+        learner.optimizer.step()
+        learner.scheduler.step()
+        learner.optimizer.zero_grad(set_to_none=True)
+    return stats
+
+
+def sync_sampler(learner: Learner) -> None:
+    """vLLM samples from its own copy of the weights: push the updated policy to it."""
+    with gathered_policy(learner.accelerator, learner.policy) as lm:
+        learner.engine.load_weights(lm)
+
+
+# ----------------------------------------------------------------------------- log, validate
+
+
+def step_metrics(learner: Learner, batch: list, completions: list, rates: list, rewards, sequences, stats: dict,
+                 timings: dict, **extra) -> dict:
+    """The step's numbers over all ranks (reward, pass rate, response length, loss statistics, timings);
+    correctness_mean is this rank's."""
+    gather, device = learner.accelerator.gather_for_metrics, learner.accelerator.device
+    samples = [comp for comps in completions for comp in comps]  # B*G
+    lengths = gather(torch.tensor([float(len(c.token_ids)) for c in samples], device=device))
+    truncated = gather(torch.tensor([0.0 if c.finished else 1.0 for c in samples], device=device))
+    all_rewards = gather(rewards.flatten().to(device))
+    all_rates = gather(torch.tensor([p if p is not None else 0.0 for p in rates], device=device))
+    zero_std = gather((rewards.std(1) == 0).float().to(device))
+    n_tokens = float(sequences.prompt_mask.sum(1)[sequences.prompt_index].sum() + sequences.completion_mask.sum())
+    return {**extra, "reward_mean": all_rewards.mean().item(),
+            "reward_std": all_rewards.std().item() if all_rewards.numel() > 1 else 0.0,
+            "pass_rate": all_rates.mean().item(), "all_tests_passed": (all_rates >= 1).float().mean().item(),
+            "zero_std_groups": zero_std.mean().item(),
+            "no_code": sum(extract_code(c.text) is None for c in samples) / len(samples),
+            "response_len": lengths.mean().item(), "truncated": truncated.mean().item(),
+            "lr": learner.scheduler.get_last_lr()[0], **{k: mean(v) for k, v in stats.items()},
+            **{k: round(v, 3) for k, v in timings.items()},
+            "gen_tokens_per_s": float(lengths.sum()) / max(timings["generate_s"], 1e-9),
+            "train_tokens_per_s": n_tokens / max(timings["update_s"] + timings["logprob_s"], 1e-9),
+            "correctness_mean": mean([correctness_reward(p, batch[k // len(completions[0])]["prev_best"])
+                                      for k, p in enumerate(rates) if p is not None])}
+
+
+def validate(learner: Learner, val_contexts: list, args, step: int, workers) -> dict:
+    """One sample per validation context at the evaluation temperature; the mean validation reward."""
+    start = time.perf_counter()
+    rank, world = learner.accelerator.process_index, learner.accelerator.num_processes
+    share = val_contexts[rank::world]
+    lm = learner.accelerator.unwrap_model(learner.policy).lm
+    lm.eval()
+    with gathered_policy(learner.accelerator, learner.policy), learner.accelerator.autocast():
+        outs = learner.engine.sample([learner.engine.prompt_ids(c["messages"]) for c in share], n=1,
+                                     temperature=args.val_temperature, top_p=0.95,
+                                     max_new_tokens=args.max_new_tokens, seed=args.seed + 7 * step)
+    lm.train()
+    results = run_programs([extract_code(o[0].text) for o in outs], [c["tests"] for c in share],
+                           timeout_s=args.timeout, workers=workers)
+    rewards = [validation_reward(None if r is None else pass_rate(r)) for r in results]
+    rewards = learner.accelerator.gather_for_metrics(torch.tensor(rewards, device=learner.accelerator.device,
+                                                                  dtype=torch.float32))
+    return {"val_reward": rewards.mean().item(), "val_s": round(time.perf_counter() - start, 3)}
 
 
 def batched_logprobs(model, batch: SequenceBatch, temperature, micro_batch) -> torch.Tensor:
@@ -218,6 +429,9 @@ def mean(xs):
     return sum(xs) / len(xs) if xs else 0.0
 
 
+# ----------------------------------------------------------------------------- main
+
+
 def main(argv=None):
     args = parse_args(argv)
     if args.sanity_reward_tokens is None:
@@ -226,252 +440,87 @@ def main(argv=None):
         ("bf16" if torch.cuda.is_available() else "no")
     accelerator = Accelerator(log_with=args.log_with, project_dir=args.out, mixed_precision=mixed)
     set_seed(args.seed)
-    out = Path(args.out)
-    main_proc = accelerator.is_main_process
-    log = (lambda *a: print(*a, file=sys.stderr)) if main_proc else (lambda *a: None)
+    out, main_process = Path(args.out), accelerator.is_main_process
+    log = (lambda *a: print(*a, file=sys.stderr)) if main_process else (lambda *a: None)
     log("train.py", " ".join(f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items()))
-    if main_proc:
+    if main_process:
         out.mkdir(parents=True, exist_ok=True)
         if (out / "metrics.jsonl").exists() and not args.resume:
             raise SystemExit(f"error: {out} already holds a run: pass --resume to continue it, or choose another --out")
+    rank, world = accelerator.process_index, accelerator.num_processes
+    if args.batch_size % world:
+        raise SystemExit(f"error: --batch-size {args.batch_size} must be divisible by the {world} processes")
 
-    # ------------------------------------------------------------------ data
-    contexts = load_contexts(args.contexts)
-    if args.perturbed_contexts:
-        # (perturb.py augment writes no context when no collected trajectory had feedback to perturb)
-        perturbed = load_contexts(args.perturbed_contexts, "perturbed contexts", may_be_empty=True)
-        if perturbed:
-            contexts = mix_perturbed(contexts, perturbed, args.perturbed_fraction, args.seed)
-        else:
-            log(f"warning: {args.perturbed_contexts} holds no perturbed contexts: training on the clean ones only")
-    elif args.perturbed_fraction is not None:
-        raise SystemExit("error: --perturbed-fraction needs --perturbed-contexts")
-    val_contexts = load_contexts(args.val_contexts, "validation contexts")[:args.val_limit] if args.val_contexts else []
-    W, rank = accelerator.num_processes, accelerator.process_index
-    if args.batch_size % W:
-        raise SystemExit(f"error: --batch-size {args.batch_size} must be divisible by the {W} processes")
-
-    # ------------------------------------------------------------------ models
+    # ------------------------------------------------------------------ the data, the policy, the learner
+    contexts, val_contexts = load_training_contexts(args, log)
     model_path = find_smollm2_gguf() if args.model == "smollm2" else args.model
     dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32}[args.dtype]
     tokenizer, policy = load_model(model_path, dtype=dtype, trainable=True)
     prompt_tokens = lambda messages: len(chat_prompt_ids(tokenizer, messages, args.thinking or None))  # noqa: E731
-    contexts, too_long = drop_long_contexts(contexts, prompt_tokens, args.max_prompt_tokens)
-    val_contexts, val_too_long = drop_long_contexts(val_contexts, prompt_tokens, args.max_prompt_tokens)
-    if not contexts:
-        raise SystemExit(f"error: every training context is longer than --max-prompt-tokens {args.max_prompt_tokens}")
+    contexts, val_contexts, too_long = fit_prompt_budget(contexts, val_contexts, prompt_tokens, args, log)
     steps_per_epoch = math.ceil(len(contexts) / args.batch_size)
     total_steps = min(args.max_steps or 10 ** 9, args.epochs * steps_per_epoch)
-    log(f"{len(contexts)} training contexts, {len(val_contexts)} validation contexts, {total_steps} steps; "
-        f"dropped as longer than {args.max_prompt_tokens} prompt tokens: {too_long} training, {val_too_long} validation")
-    if args.gradient_checkpointing:
-        policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    policy.config.use_cache = False
-    ref = None
-    if args.kl_coef != 0.0:  # the reference policy: the initial weights, frozen (in the compute dtype)
-        ref_lm = copy.deepcopy(policy).eval().requires_grad_(False)
-        if mixed == "bf16":
-            ref_lm.to(torch.bfloat16)
-        ref = LogprobModel(ref_lm, args.logprob_chunk)
-    wrapped = LogprobModel(policy, args.logprob_chunk)
-    optimizer = torch.optim.AdamW(policy.parameters(), lr=args.lr, weight_decay=args.weight_decay)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)  # constant, as the paper
-    wrapped, optimizer, scheduler = accelerator.prepare(wrapped, optimizer, scheduler)
-    if ref is not None:
-        ref = accelerator.prepare_model(ref, evaluation_mode=True)
-    use_vllm = args.engine == "vllm" or (args.engine == "auto" and vllm_usable() and not model_path.endswith(".gguf"))
-    if use_vllm:
-        from cobalt_min.generation import VLLMEngine, require_vllm
-        require_vllm()
-        engine = VLLMEngine(model_path, thinking=args.thinking or None, seed=args.seed,
-                            gpu_memory_utilization=args.vllm_gpu_memory_utilization)
-    else:
-        engine = HFEngine(model_path, model=accelerator.unwrap_model(wrapped).lm, tokenizer=tokenizer,
-                          device=accelerator.device, thinking=args.thinking or None, batch_size=args.gen_batch_size)
-    count_tokens = lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
-    workers = args.workers or max(1, (os.cpu_count() or 1) // accelerator.num_processes)
-
-    # ------------------------------------------------------------------ resume
+    log(f"{total_steps} steps of {args.batch_size} contexts x {args.group_size} programs")
+    workers = args.workers or max(1, (os.cpu_count() or 1) // world)
+    learner = make_learner(args, accelerator, model_path, tokenizer, policy, workers)
     step = 0
     if args.resume:
-        ckpt = (checkpoints(out) or [None])[-1]
-        if ckpt is not None:
-            accelerator.load_state(str(ckpt))
-            step = json.loads((ckpt / "train_state.json").read_text())["step"]
-            log(f"resumed from {ckpt} (step {step})")
-            if use_vllm:
-                with gathered_policy(accelerator, wrapped) as lm:
-                    engine.load_weights(lm)
-    if main_proc:
+        step, folder = resume(accelerator, out)
+        if folder is not None:
+            log(f"resumed from {folder} (step {step})")
+            if learner.use_vllm:
+                sync_sampler(learner)
+    if main_process:
         accelerator.init_trackers("cobalt-min", config={k: v for k, v in vars(args).items() if v is not None})
 
-    bar = tqdm(total=total_steps, initial=step, desc="GRPO steps", unit="step", disable=not main_proc)
+    # ------------------------------------------------------------------ the contextual bandit, one step at a time
+    # This IS the bandit reduction of multi-turn code generation (paper §3): a context s_t is a partial
+    # trajectory of the reference policy pi_ref (collect.py, offline); online, the policy takes ONE
+    # action per context (the next program), gets its immediate reward against the context's
+    # prev_best, and that is all: no return over later turns, no value function, GRPO's group
+    # baseline instead.
+    bar = tqdm(total=total_steps, initial=step, desc="GRPO steps", unit="step", disable=not main_process)
     while step < total_steps:
-        timings = {}
-        t0 = time.perf_counter()
-        # ============================================================== 1. a batch of contexts (this rank's share)
-        epoch, pos = divmod(step, steps_per_epoch)
-        order = epoch_order(len(contexts), epoch, args.seed)
-        batch_ids = order[pos * args.batch_size:(pos + 1) * args.batch_size]
-        batch = [contexts[i] for i in batch_ids[rank::W]]
-        prompts = [engine.prompt_ids(c["messages"]) for c in batch]
-        G = args.group_size
-
-        # ============================================================== 2. generate G programs per context
-        t = time.perf_counter()
-        unwrapped = accelerator.unwrap_model(wrapped).lm
-        unwrapped.eval()
-        with gathered_policy(accelerator, wrapped), accelerator.autocast():
-            completions = engine.sample(prompts, n=G, temperature=args.temperature, top_p=args.top_p,
-                                        max_new_tokens=args.max_new_tokens, seed=args.seed * 100003 + step * W + rank)
-        unwrapped.train()
-        timings["generate_s"] = time.perf_counter() - t
-        flat = [(b, comp) for b, comps in enumerate(completions) for comp in comps]  # B*G, grouped by context
-
-        # ============================================================== 3. execute on all tests of the problem
-        t = time.perf_counter()
-        programs = [extract_code(comp.text) for _, comp in flat]
-        if args.sanity_reward_tokens is None:
-            rates = pass_rates(programs, [batch[b]["tests"] for b, _ in flat], timeout_s=args.timeout, workers=workers)
-        else:
-            rates = [None] * len(programs)  # the sanity-check reward needs no execution
-        timings["execute_s"] = time.perf_counter() - t
-
-        # ============================================================== 4. rewards and advantages
-        if args.sanity_reward_tokens is None:
-            rewards = torch.tensor([training_reward(comp.text, pr, batch[b]["prev_best"], count_tokens=count_tokens,
-                                                    thinking=args.thinking) for (b, comp), pr in zip(flat, rates)])
-        else:  # sanity check of the GRPO machinery: share of completion tokens among the given ids
-            targets = {int(x) for x in args.sanity_reward_tokens.split(",")}
-            rewards = torch.tensor([sum(t in targets for t in comp.token_ids) / max(1, len(comp.token_ids))
-                                    for _, comp in flat])
-        rewards = rewards.view(len(batch), G)
+        timings, start = {}, time.perf_counter()
+        # 1. a batch of contexts s_t (this rank's share: B of them)
+        epoch, batch = contexts_for_step(contexts, step, steps_per_epoch, args, rank, world)
+        prompts = [learner.engine.prompt_ids(c["messages"]) for c in batch]
+        # 2. sample G next programs per context from the current policy
+        with timed(timings, "generate_s"):
+            completions = sample_programs(learner, prompts, args, seed=args.seed * 100003 + step * world + rank)
+        # 3. run them on all tests of their problem; the immediate reward r(s_t, a) of each
+        with timed(timings, "execute_s"):
+            rewards, rates = learner.score(batch, completions)  # (B, G); B*G pass rates (None: no code)
+        # 4. group advantages: each program against the G - 1 others of its context
         advantages = group_advantages(rewards, eps=args.adv_eps).flatten()  # (B*G,)
-
-        # ============================================================== 5. sequences, old and reference log-probs
-        t = time.perf_counter()
-        # Each context's prompt is stored once; its G completions attend to it (logprobs.completion_logprobs).
-        completions_ids = [comp.token_ids if comp.token_ids else [tokenizer.eos_token_id] for _, comp in flat]
-        batch_seqs = pack_groups(prompts, completions_ids, [b for b, _ in flat], tokenizer.pad_token_id,
-                                 device=accelerator.device)  # prompts (B, P); completions (B*G, C)
-        n_seq, mb = len(flat), args.micro_batch_size
-        old_logp = ref_logp = None
-        if args.mini_batches > 1:  # more than one optimizer step per batch: ratios need the sampling policy
-            old_logp = batched_logprobs(wrapped, batch_seqs, args.temperature, mb)  # (B*G, C)
-        if ref is not None:
-            ref_logp = batched_logprobs(ref, batch_seqs, args.temperature, mb)  # (B*G, C)
-        timings["logprob_s"] = time.perf_counter() - t
-
-        # ============================================================== 6. mini-batch updates
-        t = time.perf_counter()
-        perm = torch.randperm(n_seq, generator=torch.Generator().manual_seed(args.seed + step))
-        minis = [perm[i::args.mini_batches] for i in range(args.mini_batches)]
-        stats = {"loss": [], "clip_frac_high": [], "clip_frac_low": [], "clip_frac_dual": [], "kl": [], "ratio": [],
-                 "grad_norm": []}
-        adv_dev = advantages.to(accelerator.device)
-        for mini in minis:
-            # token-mean over the whole mini-batch on all ranks: DDP averages gradients over W ranks,
-            # so each rank divides by (global tokens / W).
-            n_tok = batch_seqs.completion_mask[mini.to(accelerator.device)].sum().float()
-            global_tok = accelerator.reduce(n_tok.clone(), reduction="sum").item()
-            denom = max(1.0, global_tok / W)
-            # Rows of one context next to each other, so that a micro-batch runs each prompt once (the
-            # mini-batch's gradient is the same sum whatever the order of its micro-batches).
-            mini = mini[torch.argsort(batch_seqs.prompt_index.cpu()[mini], stable=True)]
-            for i in range(0, len(mini), mb):
-                idx = mini[i:i + mb].to(accelerator.device)
-                micro = batch_seqs.rows(idx)
-                width = micro.completion_ids.shape[1]
-                logp = wrapped(*micro.fields(), args.temperature)  # (mb, width)
-                old = old_logp[idx, :width] if old_logp is not None else logp.detach()
-                loss, m = policy_loss(logp, old, ref_logp[idx, :width] if ref_logp is not None else None, adv_dev[idx],
-                                      micro.completion_mask, clip_low=args.clip_low, clip_high=args.clip_high,
-                                      dual_clip=args.dual_clip, kl_coef=args.kl_coef, kl_estimator=args.kl_estimator,
-                                      agg=args.agg, denominator=denom if args.agg == "token-mean" else None)
-                if args.agg != "token-mean":  # sequence means: weight each micro-batch by its share of sequences
-                    loss = loss * len(idx) / len(mini)
-                accelerator.backward(loss)
-                for k in ("clip_frac_high", "clip_frac_low", "clip_frac_dual", "kl", "ratio"):
-                    stats[k].append(m[k])
-                stats["loss"].append(loss.item())
-            grad_norm = accelerator.clip_grad_norm_(wrapped.parameters(), args.grad_clip)
-            stats["grad_norm"].append(float(grad_norm))
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-        timings["update_s"] = time.perf_counter() - t
-
-        # ============================================================== 7. sync the sampler's weights
-        if use_vllm:
-            t = time.perf_counter()
-            with gathered_policy(accelerator, wrapped) as lm:
-                engine.load_weights(lm)
-            timings["sync_s"] = time.perf_counter() - t
+        # 5. log-probs of the sampling and reference policies where the loss needs them
+        with timed(timings, "logprob_s"):
+            sequences, old_logp, ref_logp = sequence_logprobs(learner, prompts, completions, args)
+        # 6. the clipped GRPO update
+        with timed(timings, "update_s"):
+            stats = update_policy(learner, sequences, advantages, old_logp, ref_logp, args, step)
+        # 7. the sampler follows the policy
+        if learner.use_vllm:
+            with timed(timings, "sync_s"):
+                sync_sampler(learner)
         step += 1
-
-        # ============================================================== 8. log (all ranks' numbers, main process writes)
-        lengths = torch.tensor([float(len(c.token_ids)) for _, c in flat], device=accelerator.device)
-        truncated = torch.tensor([0.0 if c.finished else 1.0 for _, c in flat], device=accelerator.device)
-        r_all = accelerator.gather_for_metrics(rewards.flatten().to(accelerator.device))
-        pr_all = accelerator.gather_for_metrics(torch.tensor([p if p is not None else 0.0 for p in rates],
-                                                             device=accelerator.device))
-        zero_std = accelerator.gather_for_metrics((rewards.std(1) == 0).float().to(accelerator.device))
-        len_all, trunc_all = accelerator.gather_for_metrics(lengths), accelerator.gather_for_metrics(truncated)
-        n_tokens = float(batch_seqs.prompt_mask.sum(1)[batch_seqs.prompt_index].sum() + batch_seqs.completion_mask.sum())
-        metrics = {"step": step, "epoch": epoch, "reward_mean": r_all.mean().item(), "reward_std": r_all.std().item()
-                   if r_all.numel() > 1 else 0.0, "pass_rate": pr_all.mean().item(),
-                   "all_tests_passed": (pr_all >= 1).float().mean().item(), "zero_std_groups": zero_std.mean().item(),
-                   "no_code": sum(p is None for p in programs) / len(programs),
-                   "response_len": len_all.mean().item(), "truncated": trunc_all.mean().item(),
-                   "lr": scheduler.get_last_lr()[0], "dropped_long_contexts": too_long,
-                   **{k: mean(v) for k, v in stats.items()}, **{k: round(v, 3) for k, v in timings.items()},
-                   "gen_tokens_per_s": float(lengths.sum()) / max(timings["generate_s"], 1e-9),
-                   "train_tokens_per_s": n_tokens / max(timings["update_s"] + timings["logprob_s"], 1e-9),
-                   "step_s": round(time.perf_counter() - t0, 3)}
-        metrics["correctness_mean"] = mean([correctness_reward(p, batch[b]["prev_best"])
-                                            for (b, _), p in zip(flat, rates) if p is not None])
-
-        # ============================================================== 9. validate
+        # 8. log, validate, checkpoint
+        metrics = step_metrics(learner, batch, completions, rates, rewards, sequences, stats, timings, step=step,
+                               epoch=epoch, dropped_long_contexts=too_long)
+        metrics["step_s"] = round(time.perf_counter() - start, 3)
         if val_contexts and (step % args.val_every == 0 or step == total_steps):
-            t = time.perf_counter()
-            mine = val_contexts[rank::W]
-            unwrapped.eval()
-            with gathered_policy(accelerator, wrapped), accelerator.autocast():
-                outs = engine.sample([engine.prompt_ids(c["messages"]) for c in mine], n=1,
-                                     temperature=args.val_temperature, top_p=0.95, max_new_tokens=args.max_new_tokens,
-                                     seed=args.seed + 7 * step)
-            unwrapped.train()
-            vals = [validation_reward(r) for r in pass_rates([extract_code(o[0].text) for o in outs],
-                                                             [c["tests"] for c in mine], timeout_s=args.timeout,
-                                                             workers=workers)]
-            v = accelerator.gather_for_metrics(torch.tensor(vals, device=accelerator.device, dtype=torch.float32))
-            metrics["val_reward"] = v.mean().item()
-            metrics["val_s"] = round(time.perf_counter() - t, 3)
-        if main_proc:
+            metrics.update(validate(learner, val_contexts, args, step, workers))
+        if main_process:
             append_jsonl(out / "metrics.jsonl", metrics)
             accelerator.log({k: v for k, v in metrics.items() if isinstance(v, (int, float))}, step=step)
             bar.set_postfix(reward=f"{metrics['reward_mean']:.3f}", pass_rate=f"{metrics['pass_rate']:.2f}")
             bar.update(1)
-
-        # ============================================================== 10. checkpoint
         if step % args.save_every == 0 or step == total_steps:
-            ckpt = out / "checkpoints" / f"step_{step}"
-            accelerator.save_state(str(ckpt))
-            if main_proc:
-                (ckpt / "train_state.json").write_text(json.dumps({"step": step, "epoch": epoch}))
-                for old_ckpt in checkpoints(out)[:-args.keep_checkpoints]:
-                    shutil.rmtree(old_ckpt, ignore_errors=True)
-            accelerator.wait_for_everyone()
+            save_checkpoint(accelerator, out, step, epoch, args.keep_checkpoints)
     bar.close()
 
-    # ------------------------------------------------------------------ final policy, loadable by evaluate.py
-    accelerator.wait_for_everyone()
-    state = accelerator.get_state_dict(wrapped)  # full weights (gathered under FSDP / ZeRO-3)
-    if main_proc:
-        final = accelerator.unwrap_model(wrapped).lm
-        final.config.use_cache = True
-        final.save_pretrained(out / "final", state_dict={k.removeprefix("lm."): v for k, v in state.items()})
-        tokenizer.save_pretrained(out / "final")
+    save_final_policy(accelerator, learner.policy, tokenizer, out / "final")
+    if main_process:
         log(f"wrote {out / 'metrics.jsonl'}, {write_report(out)} and the final policy to {out / 'final'}")
     accelerator.end_training()
 

@@ -54,30 +54,34 @@ def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str = "k2"
     raise ValueError(f"kl_estimator must be k1, k2 or k3, not {estimator!r}")
 
 
-def aggregate(per_token: torch.Tensor, mask: torch.Tensor, agg: str, denominator: float | None = None):
+def aggregate(per_token: torch.Tensor, mask: torch.Tensor, agg: str, minibatch_tokens: float | None = None,
+              minibatch_sequences: int | None = None):
     """Reduce a (B, T) per-token loss to a scalar.
 
     token-mean: sum over all masked tokens / their number (every token weighs the same, so long
-      responses weigh more; the paper's). `denominator` replaces that number, e.g. the token count of
-      the whole mini-batch when it is split into gradient-accumulation micro-batches, so that the
-      accumulated gradient equals the full mini-batch's.
+      responses weigh more; the paper's).
     seq-mean-token-mean: mean over sequences of each sequence's token mean (GRPO's original).
-    seq-mean-token-sum: mean over sequences of each sequence's token sum (Dr. GRPO-style)."""
+    seq-mean-token-sum: mean over sequences of each sequence's token sum (Dr. GRPO-style).
+    When a mini-batch is split into gradient-accumulation micro-batches, minibatch_tokens (token-mean)
+    and minibatch_sequences (the sequence means) replace this micro-batch's counts in the division, so
+    that the accumulated gradient equals the whole mini-batch's."""
     mask = mask.to(per_token.dtype)
     if agg == "token-mean":
-        denom = mask.sum() if denominator is None else torch.as_tensor(denominator, dtype=per_token.dtype)
+        denom = mask.sum() if minibatch_tokens is None else torch.as_tensor(minibatch_tokens, dtype=per_token.dtype)
         return (per_token * mask).sum() / denom.clamp(min=1.0)
     seq_sum = (per_token * mask).sum(1)
     if agg == "seq-mean-token-mean":
-        return (seq_sum / mask.sum(1).clamp(min=1.0)).mean()
-    if agg == "seq-mean-token-sum":
-        return seq_sum.mean()
-    raise ValueError(f"agg must be token-mean, seq-mean-token-mean or seq-mean-token-sum, not {agg!r}")
+        per_seq = seq_sum / mask.sum(1).clamp(min=1.0)
+    elif agg == "seq-mean-token-sum":
+        per_seq = seq_sum
+    else:
+        raise ValueError(f"agg must be token-mean, seq-mean-token-mean or seq-mean-token-sum, not {agg!r}")
+    return per_seq.sum() / (minibatch_sequences or per_seq.shape[0])
 
 
 def policy_loss(logp, old_logp, ref_logp, advantages, mask, *, clip_low: float = 0.2, clip_high: float = 0.4,
                 dual_clip: float = 3.0, kl_coef: float = 1e-4, kl_estimator: str = "k2", agg: str = "token-mean",
-                denominator: float | None = None):
+                minibatch_tokens: float | None = None, minibatch_sequences: int | None = None):
     """The clipped GRPO surrogate with clip-higher, dual clip and a KL penalty -> (loss, metrics).
 
     logp, old_logp, ref_logp, mask: (B, T); advantages: (B,). ref_logp may be None when kl_coef = 0.
@@ -89,7 +93,8 @@ def policy_loss(logp, old_logp, ref_logp, advantages, mask, *, clip_low: float =
       for A < 0: pg = min(pg, -A dual_clip)
         with A < 0 the max above is unbounded as the ratio grows (a token the policy now likes far
         more than when it was sampled); dual clip caps that term at c |A| (Ye et al., 2020).
-      loss_t = pg + kl_coef * KL_t (kl_penalty), reduced by aggregate(agg).
+      loss_t = pg + kl_coef * KL_t (kl_penalty), reduced by aggregate(agg) over the mini-batch
+      (minibatch_tokens / minibatch_sequences: its size when this call sees one micro-batch of it).
     With a single optimizer step per batch old_logp == logp.detach() and ratio == 1: the loss is
     then the plain policy gradient -A * logp in value of gradient.
     Metrics (means over masked tokens): clip_frac_high (A > 0, ratio above 1 + clip_high),
@@ -107,7 +112,7 @@ def policy_loss(logp, old_logp, ref_logp, advantages, mask, *, clip_low: float =
     if kl_coef != 0.0:
         kl = kl_penalty(logp, ref_logp, kl_estimator)
         per_token = per_token + kl_coef * kl
-    loss = aggregate(per_token, mask, agg, denominator)
+    loss = aggregate(per_token, mask, agg, minibatch_tokens, minibatch_sequences)
     with torch.no_grad():
         m = mask.bool()
         metrics = {

@@ -168,6 +168,23 @@ def plot_pass_at_1(curves: dict, path, title: str = "Pass@1 per turn") -> bool:
     return True
 
 
+def runs_table(summaries: dict) -> list[str]:
+    """Lines of a table with one column per run: Pass@1 per turn, then the mean share of tests passed."""
+    n_turns = max(len(s["pass@1"]) for s in summaries.values())
+    some = next(iter(summaries.values()))
+    lines = [f"{'turn':>4}  " + "  ".join(f"{k:>17}" for k in summaries)]
+    for key, title in (("pass@1", f"({some['problems']} held-out problems x {some['samples']} samples)"),
+                       ("mean_test_pass_rate", None)):
+        if title is None:
+            lines.append("mean share of tests passed (%) by the current program (partial credit):")
+        for t in range(n_turns):
+            cells = [f"{s[key][t]:17.2f}" if t < len(s.get(key, [])) else f"{'':>17}" for s in summaries.values()]
+            lines.append(f"{t:>4}  " + "  ".join(cells))
+        if title:
+            lines.append(title)
+    return lines
+
+
 def demo_report(out) -> str:
     """The demo's closing report: held-out Pass@1 per turn before/after training (and with perturbed
     feedback), the paired change over problems with its standard error, the training reward's rise from
@@ -183,18 +200,7 @@ def demo_report(out) -> str:
     summaries = {k: json.loads((d / "summary.json").read_text()) for k, d in runs.items() if (d / "summary.json").exists()}
     lines = ["", "=" * 72, "COBALT demo: held-out Pass@1 (%) per turn", "=" * 72]
     if summaries:
-        n_turns = max(len(s["pass@1"]) for s in summaries.values())
-        lines.append(f"{'turn':>4}  " + "  ".join(f"{k:>17}" for k in summaries))
-        for t in range(n_turns):
-            cells = [f"{s['pass@1'][t]:17.2f}" if t < len(s["pass@1"]) else f"{'':>17}" for s in summaries.values()]
-            lines.append(f"{t:>4}  " + "  ".join(cells))
-        some = next(iter(summaries.values()))
-        lines.append(f"({some['problems']} held-out problems x {some['samples']} samples)")
-        lines.append("mean share of tests passed (%) by the current program (partial credit):")
-        for t in range(n_turns):
-            cells = [f"{s['mean_test_pass_rate'][t]:17.2f}" if t < len(s.get("mean_test_pass_rate", [])) else
-                     f"{'':>17}" for s in summaries.values()]
-            lines.append(f"{t:>4}  " + "  ".join(cells))
+        lines += runs_table(summaries)
         plot_pass_at_1({k: s["pass@1"] for k, s in summaries.items()}, out / "pass_at_1_demo.png",
                        title="Held-out Pass@1, before and after COBALT")
     records = {k: read_jsonl(runs[k] / "trajectories.jsonl") for k in ("before", "after")

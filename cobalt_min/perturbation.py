@@ -14,7 +14,7 @@ import re
 import urllib.request
 
 from cobalt_min.prompts import feedback_message
-from cobalt_min.sandbox import normalize_lines, run_batch
+from cobalt_min.sandbox import normalize_lines, run_programs
 from cobalt_min.trajectories import build_contexts
 
 
@@ -95,15 +95,11 @@ def perturb_records(records: list, problems_by_id: dict, *, seed: int = 0, fract
             stats["without_two_distinct_outputs"] += 1
             continue
         plans.append((rec, made[0]))
-    jobs, where = [], []
-    for n, (rec, tests) in enumerate(plans):
-        for s, traj in enumerate(rec["samples"]):
-            for t, turn in enumerate(traj["turns"]):
-                if turn["program"] is not None:
-                    jobs.append((turn["program"], tests))
-                    where.append((n, s, t))
-    results = dict(zip(where, run_batch(jobs, timeout_s=timeout_s, workers=workers,
-                                        progress="re-running programs" if progress else False))) if jobs else {}
+    where = [(n, s, t) for n, (rec, _) in enumerate(plans) for s, traj in enumerate(rec["samples"])
+             for t in range(len(traj["turns"]))]
+    programs = [plans[n][0]["samples"][s]["turns"][t]["program"] for n, s, t in where]
+    results = dict(zip(where, run_programs(programs, [plans[n][1] for n, _, _ in where], timeout_s=timeout_s,
+                                           workers=workers, progress="re-running programs" if progress else False)))
     out = []
     for n, (rec, tests) in enumerate(plans):
         samples = []

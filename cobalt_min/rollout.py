@@ -15,32 +15,30 @@ from tqdm.auto import tqdm
 
 from cobalt_min.problems import join_tests
 from cobalt_min.prompts import extract_code, feedback_message, first_turn_messages, history_text
-from cobalt_min.sandbox import run_batch
+from cobalt_min.sandbox import run_programs
 
 
-def judge_programs(programs: list, problems: list, feedback_tests: list, *, scored_programs: list | None = None,
-                   timeout_s: float = 4.0, workers=None, progress=False) -> list:
+def run_turn_programs(programs: list, problems: list, feedback_tests: list, *, scored_programs: list | None = None,
+                      timeout_s: float = 4.0, workers=None) -> list:
     """Run each program (None = no code block) on its feedback tests and each scored program on all true
     tests of its problem, in one sandbox batch (one job per program when the two are the same, as they
     are but for thinking models; see rollout). Returns per program None (neither has code) or
     feedback_results (None without code) and the public/hidden/all pass rates of the scored program."""
     scored_programs = programs if scored_programs is None else scored_programs
-    jobs, index = [], []  # index: (k, what the job's results hold)
+    jobs, index = [], []  # (program or None, tests); index: (k, what the job's results hold)
     for k, (program, scored, problem, shown) in enumerate(zip(programs, scored_programs, problems, feedback_tests)):
         same = shown is problem.public_tests
-        if program is not None and program == scored:
+        if program == scored:
             jobs.append((program, problem.all_tests() if same else join_tests(shown, problem.all_tests())))
             index.append((k, "public = shown" if same else "shown + true"))
-            continue
-        if program is not None:
-            jobs.append((program, shown))
-            index.append((k, "shown"))
-        if scored is not None:
-            jobs.append((scored, problem.all_tests()))
-            index.append((k, "true"))
-    results = run_batch(jobs, timeout_s=timeout_s, workers=workers, progress=progress) if jobs else []
+        else:
+            jobs += [(program, shown), (scored, problem.all_tests())]
+            index += [(k, "shown"), (k, "true")]
+    results = run_programs([p for p, _ in jobs], [t for _, t in jobs], timeout_s=timeout_s, workers=workers)
     out: list = [None] * len(programs)
     for (k, what), res in zip(index, results):
+        if res is None:
+            continue
         n_shown, n_pub = len(feedback_tests[k]["inputs"]), len(problems[k].public_tests["inputs"])
         verdict = out[k] or {"feedback_results": None, "public_pass_rate": 0.0, "hidden_pass_rate": 0.0,
                              "pass_rate": 0.0}
@@ -92,7 +90,7 @@ def rollout(problems: list, engine, *, samples: int, turns: int, temperature: fl
         # as the authors score their stored conversations. The two differ only for thinking models.
         programs = [extract_code(responses[key]) for key in live]
         scored = [extract_code(history_text(responses[key], thinking)) for key in live] if thinking else programs
-        verdicts = judge_programs(programs, [problems[i] for i, _ in live], [feedback_tests[i] for i, _ in live],
+        verdicts = run_turn_programs(programs, [problems[i] for i, _ in live], [feedback_tests[i] for i, _ in live],
                                   scored_programs=scored, timeout_s=timeout_s, workers=workers)
         timings["execute_s"] += time.perf_counter() - start
         # ------------------------------------------------------------ record, give feedback

@@ -24,7 +24,7 @@ from cobalt_min.prompts import says_all_public_passed
 PROMPT_BUDGET = 10_000  # tokens, as the authors (their max prompt length in training is 10,240)
 
 
-def pass_rates(traj: dict) -> list[float]:
+def turn_pass_rates(traj: dict) -> list[float]:
     """Per program of a trajectory: pass rate on all tests, public and hidden together."""
     return [t["pass_rate"] for t in traj["turns"]]
 
@@ -38,7 +38,7 @@ def trajectory_diffs(samples: list[dict]) -> list[tuple[int, float, float]]:
     """(index, diff = max - min, max) of each trajectory's pass rates."""
     out = []
     for i, s in enumerate(samples):
-        rates = pass_rates(s)
+        rates = turn_pass_rates(s)
         if rates:
             out.append((i, max(rates) - min(rates), max(rates)))
     return out
@@ -83,7 +83,7 @@ def cut_contexts(traj: dict, *, count_prompt_tokens=None, budget: int = PROMPT_B
     both report all public tests passed, or whose prompt exceeds `budget` tokens.
     (The authors' code has one more stop, when the programs of turns 0 and 2 both pass everything;
     the paper does not describe it and we leave it out.)"""
-    messages, rates = traj["messages"], pass_rates(traj)
+    messages, rates = traj["messages"], turn_pass_rates(traj)
     out = []
     for k in range(1, len(rates) + 1):
         context = messages[:2 + 2 * k]  # system, problem, then k (program, feedback) pairs

@@ -52,7 +52,9 @@ def test_policy_loss_hand_values():
     assert loss.item() == pytest.approx((-1 - 1.4 + 1.6 + 6 + 2) / 5)
     assert _loss(kl_coef=0.0, agg="seq-mean-token-mean")[0].item() == pytest.approx((-2.4 / 2 + 9.6 / 3) / 2)
     assert _loss(kl_coef=0.0, agg="seq-mean-token-sum")[0].item() == pytest.approx((-2.4 + 9.6) / 2)
-    assert _loss(kl_coef=0.0, denominator=10)[0].item() == pytest.approx(7.2 / 10)
+    assert _loss(kl_coef=0.0, minibatch_tokens=10)[0].item() == pytest.approx(7.2 / 10)
+    # a micro-batch of a 4-sequence mini-batch: sequence means divide by 4
+    assert _loss(kl_coef=0.0, agg="seq-mean-token-sum", minibatch_sequences=4)[0].item() == pytest.approx((-2.4 + 9.6) / 4)
     assert m["clip_frac_high"] == pytest.approx(0.2) and m["clip_frac_low"] == pytest.approx(0.2)
     assert m["clip_frac_dual"] == pytest.approx(0.2)
     assert m["ratio"] == pytest.approx((1 + 1.5 + 0.7 + 4 + 1) / 5)

@@ -370,14 +370,14 @@ CALL_OK = "def add(a, b):\n    return a + b\n"
 
 def test_a_grader_failure_on_one_job_never_loses_the_others(monkeypatch):
     import cobalt_min.sandbox as sandbox_module
-    real_judge = sandbox_module.judge
+    real_grade = sandbox_module.grade_test
 
-    def judge_that_fails_on_seven(report, expected, *args):
+    def grade_that_fails_on_seven(report, expected, *args):
         if report["stdout"] == "7\n":
             raise RuntimeError("a bug in the grader")
-        return real_judge(report, expected, *args)
+        return real_grade(report, expected, *args)
 
-    monkeypatch.setattr(sandbox_module, "judge", judge_that_fails_on_seven)
+    monkeypatch.setattr(sandbox_module, "grade_test", grade_that_fails_on_seven)
     jobs = [(READERS["input"], SUM_TESTS), ("print(7)\n", SUM_TESTS), (READERS["input"], SUM_TESTS)]
     results = run_batch(jobs, workers=1)
     assert [r.status for r in results[0]] == [r.status for r in results[2]] == ["passed"] * 3
@@ -438,7 +438,7 @@ def test_uid_leases_are_machine_wide_whatever_tmpdir(tmp_path):
     import os
     if os.geteuid() != 0:
         pytest.skip("uid leases are for a root grader")
-    code = ("import sys, time\nfrom cobalt_min.sandbox import _UidLease\nlease = _UidLease()\n"
+    code = ("import sys, time\nfrom cobalt_min.sandbox_process import _UidLease\nlease = _UidLease()\n"
             "print(lease.uid, flush=True)\nsys.stdin.read()\n")
     procs = []
     for name in ("a", "b"):
@@ -477,7 +477,7 @@ def test_the_scratch_folder_is_emptied_whatever_its_depth_and_modes(tmp_path):
 def test_the_programs_folder_holds_nothing_but_their_files(isolation):
     # A checkout or venv under /tmp is bound into the sandbox: its mount point must never sit in the
     # programs' folder (it showed there, and no clean-up could remove it).
-    from cobalt_min.sandbox import scratch_folder
+    from cobalt_min.sandbox_process import scratch_folder
     assert scratch_folder(["/usr/lib/python3.11", "/root/.venv"]) == "/tmp"
     assert scratch_folder(["/tmp/ci/.venv", "/usr/lib/python3.11"]) == "/scratch"
     assert scratch_folder(["/tmp/a", "/scratch/b"]) == "/cobalt-scratch"

@@ -1,0 +1,481 @@
+"""The sandbox's process machinery: the runner processes, their isolation, and the channel to them.
+
+Nothing here decides a verdict (that is sandbox.py: limits, results, output comparison, grade_test)
+and a reader of the paper can skip this file. What it does: start one long-lived runner process
+(sandbox_runner.py) inside bubblewrap or in namespaces the runner makes itself, lease it a uid of its
+own, hand it one program and its tests' inputs at a time, read back its binary per-test reports, and
+replace it when a program kills or freezes it. sandbox.py hands each report to grade_test.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import fcntl
+import json
+import marshal
+import os
+import select
+import shutil
+import struct
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from pathlib import Path
+
+from cobalt_min import sandbox_runner as runner
+
+# The runner starts from its compiled code (marshal), read from a memfd: compiling its source in each
+# runner would leave ~2 MB more of the compiler's memory in the process that every test forks from
+# (each page of it costs every fork).
+RUNNER_CODE = marshal.dumps(compile((Path(__file__).parent / "sandbox_runner.py").read_text(), "sandbox_runner.py",
+                                    "exec"))
+RUNNER_BOOT = ("import marshal, os, sys\nfd = int(sys.argv[2])\ncode = marshal.loads(os.pread(fd, 1 << 24, 0))\n"
+               "os.close(fd)\nexec(code, {'__name__': '__main__'})\n")
+_RUNNER_CODE_FD: list = []
+
+SANDBOX_UID_BASE = int(os.environ.get("COBALT_SANDBOX_UID_BASE", "61000"))  # uids base .. base+255
+# Uid leases are locked machine-wide (not under TMPDIR, which two graders may set differently).
+LOCK_DIR = Path(next((d for d in ("/run/lock", "/var/lock") if os.path.isdir(d)), "/tmp")) / "cobalt_min-sandbox"
+
+def _next_frame(data: bytes, pos: int):
+    """(kind, body, position after it) of the runner's frame at `pos`, or None while incomplete."""
+    if len(data) - pos < runner.FRAME.size:
+        return None
+    size, kind = runner.FRAME.unpack_from(data, pos)
+    end = pos + runner.FRAME.size + size
+    return (kind, data[pos + runner.FRAME.size:end], end) if end <= len(data) else None
+
+
+def _decode_report(body: bytes) -> dict:
+    """The runner's binary report on one test (sandbox_runner.REPORT) as a dict for sandbox.grade_test()."""
+    k, code, flags, time_s, n_out, n_err, n_res = runner.REPORT.unpack_from(body)
+    out = runner.REPORT.size
+    if len(body) != out + n_out + n_err + n_res:
+        raise ValueError("report sizes do not add up")
+    text = [body[a:b].decode("utf-8", "replace") for a, b in
+            ((out, out + n_out), (out + n_out, out + n_out + n_err), (out + n_out + n_err, len(body)))]
+    return {"i": k, "exit": code, "timed_out": bool(flags & runner.TIMED_OUT),
+            "output_limited": bool(flags & runner.OUTPUT_LIMITED), "stdout": text[0], "stderr": text[1],
+            "result": text[2] if flags & runner.HAS_RESULT else None, "time_s": time_s}
+
+
+_BWRAP_OK: dict = {}
+_NAMESPACES_OK: dict = {}
+
+
+def bwrap_available() -> bool:
+    """bubblewrap installed and able to start a sandbox here (checked once per process)."""
+    if "ok" not in _BWRAP_OK:
+        path = shutil.which("bwrap")
+        ok = False
+        if path:
+            try:
+                probe = subprocess.run(_bwrap_prefix(api.Limits(), scratch_folder(_python_paths())) + [sys.executable, "-I", "-c", "pass"],
+                                       capture_output=True, timeout=30)
+                ok = probe.returncode == 0
+            except (OSError, subprocess.TimeoutExpired):
+                ok = False
+        _BWRAP_OK["ok"] = ok
+    return _BWRAP_OK["ok"]
+
+
+def namespaces_available() -> bool:
+    """Process mode can isolate here: the grader is root and may make namespaces and mounts (checked once
+    per process by starting a runner that does)."""
+    if "ok" not in _NAMESPACES_OK:
+        _NAMESPACES_OK["ok"] = False
+        if os.geteuid() == 0:
+            try:
+                Sandbox(api.Limits(), "process", _probe=True).start_and_close()
+                _NAMESPACES_OK["ok"] = True
+            except (api.SandboxError, OSError):
+                pass
+    return _NAMESPACES_OK["ok"]
+
+
+def _python_paths() -> list[str]:
+    """Folders the interpreter needs, read-only: its install, the venv, and site-packages."""
+    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable)),
+             sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"]}
+    for p in sys.path:
+        if p and os.path.isdir(p) and ("site-packages" in p or "dist-packages" in p):
+            paths.add(p)
+    keep = sorted(p for p in paths if p and os.path.exists(p))
+    return [p for p in keep if not any(p != q and p.startswith(q.rstrip("/") + "/") for q in keep)]
+
+
+def scratch_folder(python_paths: list[str]) -> str:
+    """Where programs run inside bwrap or the namespaced process mode (their cwd, HOME and TMPDIR): a
+    private size-capped tmpfs that holds nothing else, emptied after every test. /tmp, unless the
+    Python install lies under it (a checkout or venv in /tmp): its mount points would then sit in the
+    programs' folder, where no clean-up can remove them, so another folder."""
+    for folder in ("/tmp", "/scratch", "/cobalt-scratch"):
+        if not any(p == folder or p.startswith(folder + "/") for p in python_paths):
+            return folder
+    raise api.SandboxError("the Python install lies under /tmp, /scratch and /cobalt-scratch: no scratch folder left")
+
+
+def _bwrap_prefix(limits: api.Limits, scratch: str) -> list[str]:
+    # /dev: bwrap's minimal one, read-only but for a size-capped /dev/shm (cleaned after each test).
+    args = [shutil.which("bwrap") or "bwrap", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
+            "--die-with-parent", "--new-session", "--clearenv",
+            "--ro-bind", "/usr", "/usr", "--proc", "/proc", "--dev", "/dev",
+            "--size", str(limits.tmp_mb << 20), "--perms", "1777", "--tmpfs", "/dev/shm", "--remount-ro", "/dev"]
+    if os.geteuid() != 0:
+        args[1:1] = ["--unshare-user"]  # unprivileged bwrap works through a user namespace
+    for name in ("bin", "lib", "lib32", "lib64", "sbin"):
+        p = Path("/") / name
+        if p.is_symlink():
+            args += ["--symlink", os.readlink(p), str(p)]
+        elif p.is_dir():
+            args += ["--ro-bind", str(p), str(p)]
+    for f in ("/etc/ld.so.cache", "/etc/localtime", "/etc/alternatives"):
+        if os.path.exists(f):
+            args += ["--ro-bind", f, f]
+    args += ["--size", str(limits.tmp_mb << 20), "--perms", "1777", "--tmpfs", scratch]
+    made = {"/", "/usr", "/proc", "/dev", scratch}
+    for p in _python_paths():
+        parts = Path(p).parts
+        for i in range(2, len(parts)):  # world-traversable parents, whatever the host's modes
+            parent = str(Path(*parts[:i]))
+            if parent not in made:
+                made.add(parent)
+                args += ["--perms", "0755", "--dir", parent]
+        if p not in made and not p.startswith("/usr/"):
+            args += ["--ro-bind", p, p]
+    # Everything else is read-only: without root, bwrap's root folder belongs to you inside its user
+    # namespace, and a file a program left in it would be there for every later program.
+    args += ["--remount-ro", "/", "--chdir", scratch]
+    for name, value in _runner_env(scratch).items():
+        args += ["--setenv", name, value]
+    if os.geteuid() == 0:  # the runner needs these two to drop to the sandbox uid, then has none
+        args += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    return args
+
+
+def _runner_env(tmp: str) -> dict:
+    """The whole environment of the runner and its programs. MALLOC_ARENA_MAX: glibc gives each thread
+    its own 64 MiB malloc arena of address space, so an honest ThreadPoolExecutor(40) would hit the
+    address-space limit without touching the memory."""
+    return {"PATH": "/usr/bin:/bin", "HOME": tmp, "TMPDIR": tmp, "LANG": "C.UTF-8", "MALLOC_ARENA_MAX": "2",
+            "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+
+
+class _UidLease:
+    """A uid reserved for one live sandbox, across threads AND processes on this machine (flock)."""
+
+    def __init__(self):
+        LOCK_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for uid in range(SANDBOX_UID_BASE, SANDBOX_UID_BASE + 256):
+            f = open(LOCK_DIR / f"uid-{uid}.lock", "a")
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                f.close()
+                continue
+            self.uid, self._file = uid, f
+            return
+        raise api.SandboxError(f"all 256 sandbox uids from {SANDBOX_UID_BASE} are in use; "
+                           "set COBALT_SANDBOX_UID_BASE to another free range.")
+
+    def release(self):
+        self._file.close()
+
+
+# ----------------------------------------------------------------------------- one sandbox
+
+
+class Sandbox:
+    """One live runner process; `run(program, tests)` judges all tests of one program.
+
+    Use as a context manager. Not thread-safe: one Sandbox per thread (sandbox.run_batch does that)."""
+
+    def __init__(self, limits: api.Limits | None = None, isolation: str = "auto", *, _probe: bool = False):
+        self.limits = limits or api.Limits()
+        if _probe:  # namespaces_available(): try the namespaced process mode itself
+            self.isolation, self.namespaces = "process", True
+        else:
+            self.isolation = api.resolve_isolation(isolation)
+            self.namespaces = self.isolation == "process" and namespaces_available()
+        self._proc = None
+        self._report_fd = None  # the memfd the runner appends test reports to (see sandbox_runner)
+        self._lease = _UidLease() if os.geteuid() == 0 else None
+        self._tmp = None
+        self.restarts = 0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def start_and_close(self):
+        """Start the runner once and stop it (raises api.SandboxError if it cannot start)."""
+        try:
+            self._start()
+        finally:
+            self.close()
+
+    def _start(self):
+        uid = self._lease.uid if self._lease else None
+        own_namespaces = self.isolation == "bwrap" or self.namespaces
+        settings = {"uid": uid, "pidns": own_namespaces, "kill_all": own_namespaces or uid is not None,
+                    "namespaces": self.namespaces, "private_ipc": own_namespaces or uid is not None,
+                    "parent": os.getpid() if self.isolation == "process" else None}
+        if self._tmp is None and self.isolation == "process":
+            # namespaces: where the sandbox's root is mounted (in its own mount namespace: this folder stays
+            # empty here); otherwise the programs' scratch folder.
+            self._tmp = tempfile.mkdtemp(prefix="cobalt_min-sandbox-")
+            if uid is not None and not self.namespaces:
+                os.chown(self._tmp, uid, uid)
+        if self.isolation == "bwrap":
+            # bwrap itself gets the clean environment too: without root its pid 1 runs as you, and a
+            # program can read /proc/1/environ.
+            scratch = scratch_folder(_python_paths())
+            settings["tmp"], cmd, env = scratch, _bwrap_prefix(self.limits, scratch), _runner_env(scratch)
+        elif self.namespaces:
+            scratch = scratch_folder(_python_paths())
+            settings.update(tmp=scratch, root=self._tmp, tmp_mb=self.limits.tmp_mb, python_paths=_python_paths())
+            cmd, env = [], _runner_env(scratch)
+        else:
+            settings["tmp"], cmd, env = self._tmp, [], _runner_env(self._tmp)
+        if self._report_fd is None:
+            self._report_fd = os.memfd_create("cobalt_min-reports")
+        to_runner, self._to_runner = os.pipe()
+        self._from_runner, from_runner = os.pipe()
+        settings.update(in_fd=to_runner, out_fd=from_runner, report_fd=self._report_fd)
+        if not _RUNNER_CODE_FD:
+            _RUNNER_CODE_FD.append(os.memfd_create("cobalt_min-runner"))
+            os.write(_RUNNER_CODE_FD[0], RUNNER_CODE)
+        cmd += [sys.executable, "-I", "-c", RUNNER_BOOT, json.dumps(settings), str(_RUNNER_CODE_FD[0])]
+        self._errlog = tempfile.TemporaryFile()
+        try:
+            self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._errlog,
+                                          env=env, start_new_session=True, close_fds=True,
+                                          pass_fds=(to_runner, from_runner, self._report_fd, _RUNNER_CODE_FD[0]))
+        finally:
+            os.close(to_runner)
+            os.close(from_runner)
+        self._buf, self._eof = b"", False
+        hello = self._recv(time.monotonic() + 30)
+        if not hello or not hello.get("ready"):
+            self._errlog.seek(0)
+            detail = self._errlog.read()[-2000:].decode(errors="replace").strip()
+            self._kill()
+            if uid is not None and self.isolation == "process" and not self.namespaces:
+                detail += (f" (the runner runs as uid {uid}: it must be able to read the Python install "
+                           f"{sys.base_prefix} and {sys.prefix})")
+            raise api.SandboxError(f"the sandbox runner ({self.isolation}) did not start: {detail or 'no message'}")
+
+    def _kill(self):
+        if self._proc is not None:
+            self._proc.kill()  # bwrap / namespaces: the whole pid namespace goes down with the runner
+            self._proc.wait()
+            for f in (self._to_runner, self._from_runner):
+                try:
+                    os.close(f)
+                except OSError:
+                    pass
+            self._errlog.close()
+            self._proc = None
+
+    def close(self):
+        """Stop the runner and every process of the sandbox; release the uid; delete the scratch folder."""
+        if self._proc is not None and self._proc.poll() is None:
+            try:
+                self._send({"op": "exit"})
+                self._proc.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        self._kill()
+        if self._lease is not None and self.isolation == "process" and not self.namespaces:
+            # The runner may have died before cleaning up: one more start kills whatever is left.
+            try:
+                self._start()
+                self._send({"op": "exit"})
+                self._proc.wait(timeout=5)
+            except (OSError, api.SandboxError, subprocess.TimeoutExpired):
+                pass
+            self._kill()
+        if self._lease is not None:
+            self._lease.release()
+            self._lease = None
+        if self._tmp is not None:
+            runner.empty_folder(self._tmp)  # (no recursion: a program may have nested folders very deep)
+            try:
+                os.rmdir(self._tmp)
+            except OSError:
+                pass
+            self._tmp = None
+        if self._report_fd is not None:
+            os.close(self._report_fd)
+            self._report_fd = None
+
+    def _send(self, msg):
+        data = json.dumps(msg).encode()
+        runner.write_all(self._to_runner, runner.FRAME.pack(len(data), b"J") + data)
+
+    def _read_reports(self, offset):
+        """The complete test reports the runner appended to the report file after `offset`, and the
+        offset after them. Raises ValueError on a malformed report."""
+        size = os.fstat(self._report_fd).st_size
+        data = os.pread(self._report_fd, max(0, size - offset), offset)
+        reports, pos = [], 0
+        while (frame := _next_frame(data, pos)) is not None:  # an incomplete tail is still being written
+            kind, body, pos = frame
+            if kind != b"R":
+                raise ValueError(f"unexpected frame kind {kind!r} in the report file")
+            reports.append(_decode_report(body))
+        return reports, offset + pos
+
+    def _recv(self, deadline):
+        """Next message from the runner (a dict: JSON, or a test report sent through the pipe), or None
+        if it died or said nothing before `deadline`."""
+        fd = self._from_runner
+        while True:
+            if len(self._buf) >= runner.FRAME.size and runner.FRAME.unpack_from(self._buf)[0] > self._max_frame():
+                self._eof = True  # no honest message is that big: treat the runner as lost
+                return None
+            frame = _next_frame(self._buf, 0)
+            if frame is not None:
+                kind, body, end = frame
+                self._buf = self._buf[end:]
+                try:
+                    return json.loads(body) if kind == b"J" else _decode_report(body)
+                except (ValueError, struct.error):
+                    self._eof = True  # garbled: treat the runner as lost
+                    return None
+            wait = deadline - time.monotonic()
+            if wait <= 0 or not select.select([fd], [], [], wait)[0]:
+                return None
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                self._eof = True
+                return None
+            self._buf += chunk
+
+    def _max_frame(self):
+        """The largest message the runner can honestly send: a report of three capped streams."""
+        return 3 * self.limits.output_bytes + (1 << 16)
+
+    def reports(self, program: str, inputs: list, fn_name: str | None = None):
+        """Run `program` on each input in order; yield (k, report) where report is the runner's raw
+        dict (stdout, stderr, exit, result, ...) or, for a test that cost the runner its life or hit the
+        program's total time limit, a api.TestResult that already says so."""
+        lim = self.limits
+        job = {"op": "run", "program": program, "inputs": inputs, "fn_name": fn_name,
+               "imports": imported_modules(program),
+               "limits": {"timeout_s": lim.timeout_s, "memory_mb": lim.memory_mb, "output_bytes": lim.output_bytes,
+                          "max_files": lim.max_files,
+                          # RLIMIT_NPROC counts per uid and user namespace: it binds the sandbox alone under a
+                          # reserved uid or in bwrap's own user namespace (non-root), else the user's processes.
+                          "max_procs": lim.max_procs if self._lease or self.isolation == "bwrap" else 0}}
+        k = 0
+        program_deadline = time.monotonic() + lim.total_timeout_s * min(lim.parallel_tests, len(inputs))
+        while k < len(inputs):
+            if time.monotonic() >= program_deadline:
+                yield k, api.TestResult(False, "timeout", detail=api.OUT_OF_TIME)
+                k += 1
+                continue
+            if self._proc is None or self._proc.poll() is not None:
+                if self._proc is not None:
+                    self._kill()
+                    self.restarts += 1
+                self._start()
+            os.ftruncate(self._report_fd, 0)  # the runner is idle: drop the last job's reports
+            try:
+                self._send(dict(job, start=k, budget_s=max(0.0, program_deadline - time.monotonic())))
+            except OSError:
+                self._kill()
+                continue
+            offset, progress_at, done = 0, time.monotonic(), False
+            pending = {}  # reports read but not yet yielded, by test index (big ones come by the pipe)
+            while k < len(inputs):
+                # Sleep until the runner says the job is done, waking to check progress: it enforces
+                # timeout_s on each test itself, so no new report for timeout_s + 2 s means it froze.
+                msg = self._recv(min(progress_at + lim.timeout_s + 2.0, program_deadline + 2.0))
+                try:
+                    reports, offset = self._read_reports(offset)  # (all written before msg was sent)
+                except (ValueError, struct.error):
+                    reports, msg, self._eof = [], None, True  # garbled: treat the runner as lost
+                if msg is not None and "i" in msg:  # a big report, sent through the pipe
+                    reports, msg = reports + [msg], None
+                pending.update((report["i"], report) for report in reports)
+                while k in pending:
+                    yield k, pending.pop(k)
+                    k += 1
+                    progress_at = time.monotonic()
+                done = msg == {"done": True}
+                if done and k == len(inputs):
+                    break
+                if done and time.monotonic() >= program_deadline:
+                    break  # the runner stopped at the program's total time: the outer loop fails the rest
+                if msg is None and not self._eof and reports:
+                    continue  # slow but alive
+                if k < len(inputs):
+                    # Killed, frozen (SIGSTOP) or garbled by the program, or out of total time: judge
+                    # test k (the first one not reported), replace the runner, go on with k + 1.
+                    frozen = msg is None and not self._eof
+                    detail = (api.OUT_OF_TIME if time.monotonic() >= program_deadline
+                              else "the sandbox stopped answering" if frozen else "the program killed its sandbox")
+                    self._kill()
+                    self.restarts += 1
+                    job["imports"] = []  # the rest without importing ahead: that may be what failed
+                    yield k, api.TestResult(False, "timeout" if frozen else "runtime_error", detail=detail)
+                    k += 1
+                    break
+                self._kill()  # every test reported, but the runner said something unexpected
+                break
+            if k == len(inputs) and not done and self._proc is not None:
+                # The last reports arrived while checking progress: the runner's "done" is still to come.
+                if self._recv(time.monotonic() + 5) != {"done": True}:
+                    self._kill()
+
+    def run(self, program: str, tests: dict, float_tol: float | None = None) -> list[api.TestResult]:
+        """Judge `program` on every test of `tests` (TACO input_output dict), in order."""
+        inputs, outputs = api.check_tests(tests)
+        fn_name = tests.get("fn_name") or None
+        taco_wrapped = bool(tests.get("taco_wrapped_outputs"))
+        results = []
+        try:
+            for k, report in self.reports(program, inputs, fn_name):
+                results.append(report if isinstance(report, api.TestResult)
+                               else api.grade_test(report, outputs[k], fn_name, float_tol, taco_wrapped))
+        except api.SandboxError:
+            raise  # the sandbox cannot run at all: not a verdict on this program
+        except Exception as e:  # noqa: BLE001 - whatever went wrong costs this program only
+            self._kill()  # the next program starts with a fresh runner
+            detail = f"the sandbox failed on this program ({type(e).__name__}: {str(e)[:300]})"
+            results += [api.TestResult(False, "runtime_error", detail=detail) for _ in range(len(inputs) - len(results))]
+        if any(r.detail == api.OUT_OF_TIME for r in results):  # all or nothing, as the authors score it
+            results = [dataclasses.replace(r, passed=False, status="timeout", detail=api.OUT_OF_TIME) for r in results]
+        return results
+
+
+# Imported ahead by the runner only as a program imports them: printing is all they do.
+IMPORT_SIDE_EFFECTS = {"this", "antigravity", "__hello__", "__phello__"}
+
+
+def imported_modules(program: str) -> list[str]:
+    """The modules `program` imports anywhere (`import a.b`, `from a.b import c` -> a.b), which the
+    runner imports once for all its tests when it has not loaded them (sandbox_runner.run_in_template)."""
+    try:
+        tree = ast.parse(program)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []
+    names = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.append(node.module)
+    return [name for name in dict.fromkeys(names) if name.split(".")[0] not in IMPORT_SIDE_EFFECTS]
+
+
+
+# Last, so that either module may be imported first: sandbox.py imports this file's names once it has
+# defined the limits, results and verdicts that the code above uses (as api.NAME, at call time).
+import cobalt_min.sandbox as api  # noqa: E402
