@@ -15,7 +15,7 @@ $(BIN)/.installed: requirements.txt Makefile
 .PHONY: setup test test-fast bench demo
 setup: $(BIN)/.installed
 
-# The whole suite (about 7 minutes on 2 cores). Hostile-program tests need root, unshare and bwrap.
+# The whole suite (about 9 minutes on 2 cores). Hostile-program tests need root, unshare and bwrap.
 # pytest's exit code 5 ("no tests collected", e.g. a -k filter matching nothing) is not a failure.
 test: setup
 	$(BIN)/python -m pytest -q tests; rc=$$?; [ $$rc -eq 5 ] && echo "pytest: no tests collected"; \

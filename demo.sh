@@ -3,7 +3,7 @@
 # "very easy function" demo problems, split into training and held-out problems.
 #   evaluate before -> collect offline trajectories -> perturbed contexts -> GRPO on the contexts ->
 #   evaluate after (true, then perturbed feedback) -> report: training reward per step, held-out Pass@1
-#   per turn before/after with its paired standard error, demo_out/learning.png.
+#   per turn before/after with its paired standard error, demo_out/learning.png, demo_out/report.html.
 # Run it with `make demo` (which creates .venv first). Every size below can be overridden, e.g.
 #   DEMO_OUT=/tmp/d HELDOUT=2 TRAIN_PROBLEMS=2 SAMPLES=2 STEPS=2 bash demo.sh
 set -euo pipefail
