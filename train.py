@@ -292,15 +292,20 @@ def contexts_for_step(contexts: list, step: int, steps_per_epoch: int, args, ran
     return epoch, [contexts[i] for i in batch_ids[rank::world]]
 
 
-def sample_programs(learner: Learner, prompts: list, args, seed: int) -> list:
-    """G completions per prompt from the current policy: completions[b][g] (token ids, text, finished)."""
+def sample_from_policy(learner: Learner, prompts: list, **sampling) -> list:
+    """engine.sample with the current policy's weights, in eval mode: completions[b][k]."""
     lm = learner.accelerator.unwrap_model(learner.policy).lm
     lm.eval()
     with gathered_policy(learner.accelerator, learner.policy), learner.accelerator.autocast():
-        completions = learner.engine.sample(prompts, n=args.group_size, temperature=args.temperature,
-                                            top_p=args.top_p, max_new_tokens=args.max_new_tokens, seed=seed)
+        completions = learner.engine.sample(prompts, **sampling)
     lm.train()
     return completions
+
+
+def sample_programs(learner: Learner, prompts: list, args, seed: int) -> list:
+    """G completions per prompt from the current policy: completions[b][g] (token ids, text, finished)."""
+    return sample_from_policy(learner, prompts, n=args.group_size, temperature=args.temperature, top_p=args.top_p,
+                              max_new_tokens=args.max_new_tokens, seed=seed)
 
 
 def sequence_logprobs(learner: Learner, prompts: list, completions: list, args):
@@ -319,6 +324,17 @@ def sequence_logprobs(learner: Learner, prompts: list, completions: list, args):
     if learner.ref is not None:
         ref_logp = batched_logprobs(learner.ref, sequences, args.temperature, args.micro_batch_size)
     return sequences, old_logp, ref_logp
+
+
+def batched_logprobs(model, batch: SequenceBatch, temperature, micro_batch) -> torch.Tensor:
+    """Completion token log-probs of every row, `micro_batch` rows per forward (no gradient) -> (R, C)."""
+    out = torch.zeros(batch.completion_ids.shape, dtype=torch.float32, device=batch.completion_ids.device)
+    with torch.no_grad():
+        for i in range(0, out.shape[0], micro_batch):
+            rows = torch.arange(i, min(i + micro_batch, out.shape[0]), device=out.device)
+            logp = model(*batch.rows(rows).fields(), temperature)
+            out[rows, :logp.shape[1]] = logp
+    return out
 
 
 def update_policy(learner: Learner, sequences: SequenceBatch, advantages, old_logp, ref_logp, args, step: int) -> dict:
@@ -399,30 +415,15 @@ def validate(learner: Learner, val_contexts: list, args, step: int, workers) -> 
     start = time.perf_counter()
     rank, world = learner.accelerator.process_index, learner.accelerator.num_processes
     share = val_contexts[rank::world]
-    lm = learner.accelerator.unwrap_model(learner.policy).lm
-    lm.eval()
-    with gathered_policy(learner.accelerator, learner.policy), learner.accelerator.autocast():
-        outs = learner.engine.sample([learner.engine.prompt_ids(c["messages"]) for c in share], n=1,
-                                     temperature=args.val_temperature, top_p=0.95,
-                                     max_new_tokens=args.max_new_tokens, seed=args.seed + 7 * step)
-    lm.train()
+    outs = sample_from_policy(learner, [learner.engine.prompt_ids(c["messages"]) for c in share], n=1,
+                              temperature=args.val_temperature, top_p=0.95, max_new_tokens=args.max_new_tokens,
+                              seed=args.seed + 7 * step)
     results = run_programs([extract_code(o[0].text) for o in outs], [c["tests"] for c in share],
                            timeout_s=args.timeout, workers=workers)
     rewards = [validation_reward(None if r is None else pass_rate(r)) for r in results]
     rewards = learner.accelerator.gather_for_metrics(torch.tensor(rewards, device=learner.accelerator.device,
                                                                   dtype=torch.float32))
     return {"val_reward": rewards.mean().item(), "val_s": round(time.perf_counter() - start, 3)}
-
-
-def batched_logprobs(model, batch: SequenceBatch, temperature, micro_batch) -> torch.Tensor:
-    """Completion token log-probs of every row, `micro_batch` rows per forward (no gradient) -> (R, C)."""
-    out = torch.zeros(batch.completion_ids.shape, dtype=torch.float32, device=batch.completion_ids.device)
-    with torch.no_grad():
-        for i in range(0, out.shape[0], micro_batch):
-            rows = torch.arange(i, min(i + micro_batch, out.shape[0]), device=out.device)
-            logp = model(*batch.rows(rows).fields(), temperature)
-            out[rows, :logp.shape[1]] = logp
-    return out
 
 
 def mean(xs):

@@ -23,11 +23,25 @@ def solved_at(traj: dict, t: int) -> bool:
     return turn is not None and turn["hidden_pass_rate"] >= 1.0
 
 
+def solved_share(record: dict, t: int) -> float:
+    """The share of a problem's samples whose current program at turn t passes all hidden tests."""
+    return sum(solved_at(tr, t) for tr in record["samples"]) / len(record["samples"])
+
+
+def standard_error(values: list[float]) -> float:
+    """Standard error of the mean: sample std (n - 1) / sqrt(n); nan for fewer than two values."""
+    n = len(values)
+    if n < 2:
+        return float("nan")
+    mean = sum(values) / n
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1) / n)
+
+
 def pass1_per_turn(problem_records: list[dict], n_turns: int) -> list[float]:
     """Pass@1 at each turn: fraction of a problem's samples solved, averaged over problems."""
     out = []
     for t in range(n_turns):
-        per_problem = [sum(solved_at(tr, t) for tr in rec["samples"]) / len(rec["samples"]) for rec in problem_records]
+        per_problem = [solved_share(rec, t) for rec in problem_records]
         out.append(sum(per_problem) / len(per_problem) if per_problem else 0.0)
     return out
 
@@ -68,8 +82,7 @@ def format_table(summary: dict, title: str = "") -> str:
 
 def per_problem_pass1(problem_records: list[dict], n_turns: int) -> dict:
     """{problem id: Pass@1 of that problem averaged over turns} (the unit of the paired comparison)."""
-    return {rec["problem_id"]: sum(sum(solved_at(tr, t) for tr in rec["samples"]) / len(rec["samples"])
-                                   for t in range(n_turns)) / n_turns for rec in problem_records}
+    return {rec["problem_id"]: sum(solved_share(rec, t) for t in range(n_turns)) / n_turns for rec in problem_records}
 
 
 def paired_change(before: list[dict], after: list[dict], n_turns: int) -> dict:
@@ -79,10 +92,9 @@ def paired_change(before: list[dict], after: list[dict], n_turns: int) -> dict:
     common = sorted(set(a) & set(b))
     changes = [100 * (a[p] - b[p]) for p in common]
     n = len(changes)
-    mean = sum(changes) / n if n else 0.0
-    se = math.sqrt(sum((c - mean) ** 2 for c in changes) / (n - 1) / n) if n > 1 else float("nan")
     return {"problems": n, "before": 100 * sum(b[p] for p in common) / max(1, n),
-            "after": 100 * sum(a[p] for p in common) / max(1, n), "change": mean, "se": se,
+            "after": 100 * sum(a[p] for p in common) / max(1, n), "change": sum(changes) / n if n else 0.0,
+            "se": standard_error(changes),
             "improved": sum(c > 0 for c in changes), "worse": sum(c < 0 for c in changes)}
 
 
@@ -135,13 +147,8 @@ def plot_learning(steps: list[dict], before: dict, after: dict, path, se_before=
 
 def pass1_se_per_turn(problem_records: list[dict], n_turns: int) -> list[float]:
     """Standard error over problems of Pass@1 at each turn (in points)."""
-    out = []
-    for t in range(n_turns):
-        vals = [100 * sum(solved_at(tr, t) for tr in rec["samples"]) / len(rec["samples"]) for rec in problem_records]
-        n = len(vals)
-        m = sum(vals) / n if n else 0.0
-        out.append(math.sqrt(sum((v - m) ** 2 for v in vals) / (n - 1) / n) if n > 1 else 0.0)
-    return out
+    per_turn = [[100 * solved_share(rec, t) for rec in problem_records] for t in range(n_turns)]
+    return [standard_error(vals) if len(vals) > 1 else 0.0 for vals in per_turn]
 
 
 def plot_pass_at_1(curves: dict, path, title: str = "Pass@1 per turn") -> bool:
@@ -172,17 +179,14 @@ def runs_table(summaries: dict) -> list[str]:
     """Lines of a table with one column per run: Pass@1 per turn, then the mean share of tests passed."""
     n_turns = max(len(s["pass@1"]) for s in summaries.values())
     some = next(iter(summaries.values()))
-    lines = [f"{'turn':>4}  " + "  ".join(f"{k:>17}" for k in summaries)]
-    for key, title in (("pass@1", f"({some['problems']} held-out problems x {some['samples']} samples)"),
-                       ("mean_test_pass_rate", None)):
-        if title is None:
-            lines.append("mean share of tests passed (%) by the current program (partial credit):")
-        for t in range(n_turns):
-            cells = [f"{s[key][t]:17.2f}" if t < len(s.get(key, [])) else f"{'':>17}" for s in summaries.values()]
-            lines.append(f"{t:>4}  " + "  ".join(cells))
-        if title:
-            lines.append(title)
-    return lines
+
+    def rows(key):
+        return [f"{t:>4}  " + "  ".join(f"{s[key][t]:17.2f}" if t < len(s.get(key, [])) else f"{'':>17}"
+                                        for s in summaries.values()) for t in range(n_turns)]
+    return ([f"{'turn':>4}  " + "  ".join(f"{k:>17}" for k in summaries)] + rows("pass@1")
+            + [f"({some['problems']} held-out problems x {some['samples']} samples)",
+               "mean share of tests passed (%) by the current program (partial credit):"]
+            + rows("mean_test_pass_rate"))
 
 
 def demo_report(out) -> str:
@@ -214,8 +218,7 @@ def demo_report(out) -> str:
         lines.append(f"Pass@1 averaged over the {n_turns} turns, paired over {change['problems']} problems: "
                      f"{change['before']:.1f} -> {change['after']:.1f}, change {change['change']:+.1f} points "
                      f"(standard error {change['se']:.1f}; {change['improved']} problems better, {change['worse']} worse)")
-    metrics_path = out / "train" / "metrics.jsonl"
-    steps = [json.loads(x) for x in metrics_path.read_text().splitlines() if x.strip()] if metrics_path.exists() else []
+    steps = read_jsonl(out / "train" / "metrics.jsonl")
     if steps:
         trend = reward_trend(steps)
         result["reward_trend"] = trend

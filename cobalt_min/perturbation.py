@@ -95,11 +95,15 @@ def perturb_records(records: list, problems_by_id: dict, *, seed: int = 0, fract
             stats["without_two_distinct_outputs"] += 1
             continue
         plans.append((rec, made[0]))
-    where = [(n, s, t) for n, (rec, _) in enumerate(plans) for s, traj in enumerate(rec["samples"])
-             for t in range(len(traj["turns"]))]
-    programs = [plans[n][0]["samples"][s]["turns"][t]["program"] for n, s, t in where]
-    results = dict(zip(where, run_programs(programs, [plans[n][1] for n, _, _ in where], timeout_s=timeout_s,
-                                           workers=workers, progress="re-running programs" if progress else False)))
+    where, programs, shown = [], [], []  # every program of every chosen trajectory, on its perturbed tests
+    for n, (rec, tests) in enumerate(plans):
+        for s, traj in enumerate(rec["samples"]):
+            for t, turn in enumerate(traj["turns"]):
+                where.append((n, s, t))
+                programs.append(turn["program"])
+                shown.append(tests)
+    results = dict(zip(where, run_programs(programs, shown, timeout_s=timeout_s, workers=workers,
+                                           progress="re-running programs" if progress else False)))
     out = []
     for n, (rec, tests) in enumerate(plans):
         samples = []

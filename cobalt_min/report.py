@@ -54,8 +54,8 @@ def find_runs(paths: list) -> list[tuple[str, Path]]:
         if not path.is_dir():
             raise SystemExit(f"error: {path} is not a folder")
         kind = run_kind(path)
-        found = [(kind, path)] if kind else [(run_kind(p), p) for p in sorted(path.iterdir())
-                                             if p.is_dir() and run_kind(p)]
+        below = [] if kind else [(run_kind(p), p) for p in sorted(path.iterdir()) if p.is_dir()]
+        found = [(kind, path)] if kind else [(k, p) for k, p in below if k]
         if not found:
             raise SystemExit(f"error: {path} holds no run (evaluate.py: trajectories.jsonl, "
                              "train.py: metrics.jsonl, collect.py: stats.json + contexts.jsonl)")
@@ -150,11 +150,13 @@ def problem_payload(record: dict, candidates: dict) -> dict:
 
 
 def hacking_marks(run: Path) -> dict:
-    """{(problem, sample, turn): mark} from perturb.py analyze (hacking_candidates.jsonl) and judge
+    """{problem: {(sample, turn): mark}} from perturb.py analyze (hacking_candidates.jsonl) and judge
     (judgements.jsonl): 'candidate', or the judge's label."""
-    marks = {(c["problem_id"], c["sample"], c["turn"]): "candidate" for c in read_jsonl(run / "hacking_candidates.jsonl")}
+    marks: dict = {}
+    for c in read_jsonl(run / "hacking_candidates.jsonl"):
+        marks.setdefault(c["problem_id"], {})[(c["sample"], c["turn"])] = "candidate"
     for j in read_jsonl(run / "judgements.jsonl"):
-        marks[(j["problem_id"], j["sample"], j["turn"])] = f"judge: {j['label']}"
+        marks.setdefault(j["problem_id"], {})[(j["sample"], j["turn"])] = f"judge: {j['label']}"
     return marks
 
 
@@ -225,7 +227,7 @@ def evaluate_run(name: str, path: Path, summary: dict, run_id: str, payloads: li
     out.append("<h4>Conversations</h4>")
     for k, rec in enumerate(records):
         pid = rec["problem_id"]
-        payload = problem_payload(rec, {(s, t): m for (p, s, t), m in marks.items() if p == pid})
+        payload = problem_payload(rec, marks.get(pid, {}))
         n_marked = sum(t["candidate"] is not None for s in payload["samples"] for t in s["turns"])
         flag = f" <span class='badge hack'>{n_marked} hacking candidate(s)</span>" if n_marked else ""
         out.append(f"<details class='problem' id='{run_id}-p{k}' data-problem='{html.escape(pid)}'>"

@@ -303,8 +303,6 @@ PROBLEMS = [
      "roman_to_int", "def roman_to_int(s):\n"),
 ]
 
-# Typical first attempts: pass the public tests, fail a hidden one.
-
 
 def _function(pid, name, args, task, solution_body, inputs):
     """A very easy call-based problem: `def name(args)` returning what `task` says (starter code given)."""
@@ -441,6 +439,7 @@ FUNCTIONS = [
 ]
 
 
+# Typical first attempts: pass the public tests, fail a hidden one.
 WRONG = {
     "second-largest": "input()\nxs = sorted(map(int, input().split()))\nprint(xs[-2])\n",
     "palindrome-sentence": "s = input()\nprint('YES' if s == s[::-1] else 'NO')\n",
