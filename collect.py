@@ -83,7 +83,7 @@ def token_counter(path: str, thinking: bool):
     except (OSError, ValueError) as e:
         raise SystemExit(f"error: could not load the tokenizer of {path}: {e}") from None
 
-    return lambda messages: len(chat_prompt_ids(tok, messages, thinking or None))
+    return lambda messages: len(chat_prompt_ids(tok, messages, thinking))
 
 
 def main(argv=None):
@@ -107,7 +107,7 @@ def main(argv=None):
         if done:
             print(f"resuming: {len(done)} problems already collected, {len(todo_ids)} to go", file=sys.stderr)
         if todo_ids:
-            engine = make_engine(args.engine, model, thinking=args.thinking or None, dtype=args.dtype,
+            engine = make_engine(args.engine, model, thinking=args.thinking, dtype=args.dtype,
                                  batch_size=args.batch_size, tensor_parallel_size=args.tensor_parallel_size,
                                  gpu_memory_utilization=args.gpu_memory_utilization, seed=args.seed)
             bar = tqdm(total=len(problems), initial=len(problems) - len(todo_ids), desc="problems", unit="problem")

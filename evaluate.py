@@ -102,7 +102,7 @@ def main(argv=None):
     model = find_smollm2_gguf() if args.model == "smollm2" else args.model
     engine = None
     if todo:
-        engine = make_engine(args.engine, model, thinking=args.thinking or None, dtype=args.dtype,
+        engine = make_engine(args.engine, model, thinking=args.thinking, dtype=args.dtype,
                              batch_size=args.batch_size, tensor_parallel_size=args.tensor_parallel_size,
                              gpu_memory_utilization=args.gpu_memory_utilization, seed=args.seed)
 

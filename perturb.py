@@ -113,7 +113,7 @@ def cmd_judge(args):
                     for c in batch]
     elif args.model:
         from cobalt_min.generation import make_engine
-        engine = make_engine(args.engine, args.model, thinking=args.thinking or None)
+        engine = make_engine(args.engine, args.model, thinking=args.thinking)
 
         def ask(batch):
             texts = engine.generate([judge_messages(c) for c in batch], n=1, temperature=0.0, top_p=1.0,

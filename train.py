@@ -11,13 +11,18 @@ policy with the clipped GRPO loss under a KL penalty to the frozen initial polic
     # one GPU:
     python train.py --model path/to/sft-model --contexts runs/collect/contexts.jsonl \
         --val-contexts runs/collect_val/contexts.jsonl --out runs/train --thinking --gradient-checkpointing
-    # several GPUs (DDP, or FSDP / DeepSpeed through an accelerate config; see README "Full-scale recipe"):
-    accelerate launch --config_file configs/fsdp_8b.yaml train.py --model Qwen/Qwen3-8B ... --engine vllm
+    # several GPUs: DDP (a full copy per GPU), or --fsdp (weights, gradients and optimizer state sharded
+    # with FSDP2; see README "Full-scale recipe"):
+    accelerate launch --config_file configs/fsdp_8b.yaml train.py --model Qwen/Qwen3-8B ... --fsdp --engine vllm
+    # two CPU processes (gloo), as the tests run the multi-rank paths:
+    ACCELERATE_USE_CPU=true torchrun --nproc_per_node 2 train.py ... [--fsdp]
 
 Simplifications relative to the authors' veRL setup, each stated where it happens: one epoch over each
 batch (as the paper); old log-probs recomputed with the policy (not taken from the sampler); the
 reference model is the initial policy kept frozen; each rank generates for its own share of the batch
-(GRPO groups never span ranks).
+(GRPO groups never span ranks). As the authors (veRL's drop_last), an epoch's last partial batch is
+not trained. A run's samples, losses and weights do not depend on the number of ranks (to float
+rounding): the seeds, the mini-batches and the loss's normalisation are defined on the global batch.
 
 Outputs in --out: metrics.jsonl (one line per step), checkpoints/step_N (resume with --resume),
 final/ (save_pretrained: load it with evaluate.py --model OUT/final).
@@ -36,18 +41,21 @@ from pathlib import Path
 
 import torch
 from accelerate import Accelerator
+from torch.distributed.device_mesh import init_device_mesh
 from accelerate.utils import set_seed
 from tqdm.auto import tqdm
 
-from cobalt_min.checkpoint import gathered_policy, resume, save_checkpoint, save_final_policy
-from cobalt_min.generation import HFEngine, chat_prompt_ids, find_smollm2_gguf, load_model, vllm_usable
+from cobalt_min.checkpoint import resume, save_checkpoint, save_final_policy
+from cobalt_min.generation import (HFEngine, VLLMEngine, chat_prompt_ids, engine_kind, find_smollm2_gguf, load_model,
+                                   request_seeds)
 from cobalt_min.grpo import group_advantages, policy_loss
 from cobalt_min.logprobs import LogprobModel, SequenceBatch, pack_groups
-from cobalt_min.jsonl import append_jsonl, read_jsonl
+from cobalt_min.jsonl import append_jsonl, read_jsonl, write_jsonl
 from cobalt_min.prompts import extract_code
 from cobalt_min.report import write_report
 from cobalt_min.rewards import correctness_reward, training_reward, validation_reward
 from cobalt_min.sandbox import pass_rate, require_safe_sandbox, run_programs
+from cobalt_min.sharding import full_norm, full_weights, shard_model
 
 
 def parse_args(argv=None):
@@ -59,14 +67,21 @@ def parse_args(argv=None):
     g.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
                    help="dtype of the trained (master) weights and optimizer state (default float32: at lr 1e-6 "
                         "most bfloat16 updates would round to nothing)")
-    g.add_argument("--mixed-precision", default=None, choices=["no", "bf16", "fp16"],
-                   help="compute dtype through Accelerate autocast (default: bf16 on GPU, no on CPU; an "
-                        "`accelerate launch` config may set it too)")
+    g.add_argument("--mixed-precision", default=None, choices=["no", "bf16"],
+                   help="bf16: compute in bfloat16 with float32 master weights (Accelerate autocast; FSDP2's "
+                        "mixed precision under --fsdp) (default: bf16 on GPU, no on CPU; an `accelerate launch` "
+                        "config may set it too)")
+    g.add_argument("--fsdp", action="store_true",
+                   help="shard the policy and the reference over the ranks with FSDP2 (one unit per decoder layer), "
+                        "for models whose weights and optimizer state do not fit one device (Qwen3-8B on 80 GB); "
+                        "the sampler then holds its own copy, updated after each step. Default: DDP through "
+                        "Accelerate (a full copy per rank)")
     g.add_argument("--gradient-checkpointing", action="store_true", help="trade compute for activation memory")
     g.add_argument("--engine", default="auto", choices=["auto", "vllm", "hf"],
                    help="sampler: vLLM (weights pushed after each update) or transformers (the policy itself)")
     g.add_argument("--vllm-gpu-memory-utilization", type=float, default=0.3,
-                   help="vLLM's share of GPU memory, colocated with training (default 0.3)")
+                   help="vLLM's share of GPU memory, colocated with training (default 0.3); on vLLM's CPU build "
+                        "its KV cache is VLLM_CPU_KVCACHE_SPACE GiB (default 1)")
     g.add_argument("--gen-batch-size", type=int, default=64, help="transformers engine: sequences per generate")
     g = ap.add_argument_group("data")
     g.add_argument("--contexts", required=True, help="contexts.jsonl from collect.py")
@@ -174,16 +189,16 @@ def epoch_order(n: int, epoch: int, seed: int) -> list[int]:
 
 @dataclasses.dataclass
 class Learner:
-    """What a training run holds: the policy being trained (wrapped by Accelerate), the frozen reference
-    policy (None without a KL term), the optimizer, the sampler and the reward function."""
+    """What a training run holds: the policy being trained (DDP through Accelerate, or FSDP2 shards),
+    the frozen reference policy (None without a KL term), the optimizer, the sampler and the reward
+    function."""
     accelerator: Accelerator
-    policy: torch.nn.Module   # LogprobModel around the language model, prepared by Accelerate
+    policy: torch.nn.Module   # LogprobModel around the language model, wrapped for the ranks
     ref: torch.nn.Module | None
     optimizer: torch.optim.Optimizer
-    scheduler: object
     tokenizer: object
-    engine: object            # HFEngine (samples from `policy` itself) or VLLMEngine (weights pushed each step)
-    use_vllm: bool
+    engine: object            # HFEngine or VLLMEngine
+    engine_has_copy: bool     # the engine samples from its own copy of the weights (vLLM; --fsdp): push them each step
     score: object             # (contexts, completions) -> (rewards (B, G), pass rates (B*G,)): cobalt_scores / sanity_scores
 
 
@@ -242,34 +257,42 @@ def sanity_scores(token_ids: str):
     return score
 
 
-def make_learner(args, accelerator, model_path: str, tokenizer, policy, workers) -> Learner:
-    """Prepare the policy, the frozen reference, AdamW at a constant learning rate, the sampler, and
-    choose the reward once."""
+def make_learner(args, accelerator, model_path: str, use_vllm: bool, tokenizer, policy, compute_dtype,
+                 workers) -> Learner:
+    """Wrap the policy for the ranks (DDP through Accelerate, or FSDP2 shards with --fsdp), make the frozen
+    reference, AdamW at a constant learning rate (as the paper), the sampler, and choose the reward once."""
     if args.gradient_checkpointing:
         policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     policy.config.use_cache = False
-    ref = None
-    if args.kl_coef != 0.0:  # the reference policy: the initial weights, frozen (in the compute dtype)
-        ref_lm = copy.deepcopy(policy).eval().requires_grad_(False)
-        if accelerator.mixed_precision == "bf16":
-            ref_lm.to(torch.bfloat16)
-        ref = accelerator.prepare_model(LogprobModel(ref_lm, args.logprob_chunk), evaluation_mode=True)
-    optimizer = torch.optim.AdamW(policy.parameters(), lr=args.lr, weight_decay=args.weight_decay)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)  # constant, as the paper
-    wrapped, optimizer, scheduler = accelerator.prepare(LogprobModel(policy, args.logprob_chunk), optimizer, scheduler)
-    use_vllm = args.engine == "vllm" or (args.engine == "auto" and vllm_usable() and not model_path.endswith(".gguf"))
-    if use_vllm:
-        from cobalt_min.generation import VLLMEngine, require_vllm
-        require_vllm()
-        engine = VLLMEngine(model_path, thinking=args.thinking or None, seed=args.seed,
-                            gpu_memory_utilization=args.vllm_gpu_memory_utilization)
+    frozen_copy = lambda: copy.deepcopy(policy).requires_grad_(False).eval().to(compute_dtype)  # noqa: E731
+    # The reference policy: the initial weights, frozen, in the compute dtype (only with a KL term).
+    ref_lm = frozen_copy() if args.kl_coef != 0.0 else None
+    # Under --fsdp the policy's weights are shards: the transformers engine samples from a full copy.
+    sampler_lm = frozen_copy().to(accelerator.device) if args.fsdp and not use_vllm else None
+    if args.fsdp:
+        mesh = init_device_mesh(accelerator.device.type, (accelerator.num_processes,))
+        wrapped = shard_model(LogprobModel(policy, args.logprob_chunk), mesh,
+                              compute_dtype if compute_dtype != policy.dtype else None)
+        ref = shard_model(LogprobModel(ref_lm, args.logprob_chunk), mesh) if ref_lm is not None else None
     else:
-        engine = HFEngine(model_path, model=accelerator.unwrap_model(wrapped).lm, tokenizer=tokenizer,
-                          device=accelerator.device, thinking=args.thinking or None, batch_size=args.gen_batch_size)
+        wrapped = accelerator.prepare(LogprobModel(policy, args.logprob_chunk))  # DDP across ranks
+        # (not prepared: a frozen model needs no gradient sync, and is then not saved in checkpoints)
+        ref = LogprobModel(ref_lm, args.logprob_chunk).to(accelerator.device) if ref_lm is not None else None
+    optimizer = torch.optim.AdamW(wrapped.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+    thinking = args.thinking
+    if use_vllm:
+        engine = VLLMEngine(model_path, thinking=thinking, seed=args.seed, dtype=compute_dtype,
+                            gpu_memory_utilization=args.vllm_gpu_memory_utilization,
+                            max_model_len=args.max_prompt_tokens + args.max_new_tokens)
+    else:
+        engine = HFEngine(model_path, model=sampler_lm if args.fsdp else accelerator.unwrap_model(wrapped).lm,
+                          tokenizer=tokenizer, device=accelerator.device, thinking=thinking,
+                          batch_size=args.gen_batch_size)
+    accelerator.wait_for_everyone()  # every rank's engine is up before the first collective
     count_tokens = lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
     score = sanity_scores(args.sanity_reward_tokens) if args.sanity_reward_tokens else \
         cobalt_scores(args, count_tokens, workers)
-    return Learner(accelerator, wrapped, ref, optimizer, scheduler, tokenizer, engine, use_vllm, score)
+    return Learner(accelerator, wrapped, ref, optimizer, tokenizer, engine, use_vllm or args.fsdp, score)
 
 
 # ----------------------------------------------------------------------------- the phases of a step
@@ -296,16 +319,26 @@ def sample_from_policy(learner: Learner, prompts: list, **sampling) -> list:
     """engine.sample with the current policy's weights, in eval mode: completions[b][k]."""
     lm = learner.accelerator.unwrap_model(learner.policy).lm
     lm.eval()
-    with gathered_policy(learner.accelerator, learner.policy), learner.accelerator.autocast():
+    with learner.accelerator.autocast():
         completions = learner.engine.sample(prompts, **sampling)
     lm.train()
     return completions
 
 
-def sample_programs(learner: Learner, prompts: list, args, seed: int) -> list:
+def seeds_of_share(call_seed: int, n_global: int, n: int, rank: int, world: int) -> list[int]:
+    """This rank's request seeds: those of its positions (rank, rank + world, ...) in the global batch of
+    n_global requests. A context's samples then depend on where it stands in the batch, not on the
+    number of ranks (one process draws exactly what two would)."""
+    return request_seeds(call_seed, n_global, n)[rank::world]
+
+
+def sample_programs(learner: Learner, prompts: list, args, step: int) -> list:
     """G completions per prompt from the current policy: completions[b][g] (token ids, text, finished)."""
+    acc = learner.accelerator
+    seeds = seeds_of_share(args.seed * 100003 + step, args.batch_size, args.group_size, acc.process_index,
+                           acc.num_processes)
     return sample_from_policy(learner, prompts, n=args.group_size, temperature=args.temperature, top_p=args.top_p,
-                              max_new_tokens=args.max_new_tokens, seed=seed)
+                              max_new_tokens=args.max_new_tokens, seed=seeds)
 
 
 def sequence_logprobs(learner: Learner, prompts: list, completions: list, args):
@@ -337,48 +370,58 @@ def batched_logprobs(model, batch: SequenceBatch, temperature, micro_batch) -> t
     return out
 
 
-def update_policy(learner: Learner, sequences: SequenceBatch, advantages, old_logp, ref_logp, args, step: int) -> dict:
-    """The clipped GRPO update: the batch's B*G sequences in --mini-batches random mini-batches, one
-    optimizer step each, gradients accumulated over micro-batches of --micro-batch-size. Returns the
-    step's loss statistics (lists, averaged in the metrics)."""
+def update_policy(learner: Learner, sequences: SequenceBatch, advantages, old_logp, ref_logp, args) -> dict:
+    """The clipped GRPO update: the batch in --mini-batches mini-batches of whole contexts (all G programs
+    of a context in the same one, as veRL splits the batch), one optimizer step each, gradients
+    accumulated over micro-batches of --micro-batch-size sequences. The batch's contexts are already in
+    random order (epoch_order), so mini-batch k is the k-th block of each rank's contexts, and together
+    the k-th block of the global batch, whatever the number of ranks; every rank runs the same number of
+    micro-batches (a collective per backward). Returns the step's loss statistics, means over ranks."""
     accelerator, world = learner.accelerator, learner.accelerator.num_processes
-    order = torch.randperm(len(advantages), generator=torch.Generator().manual_seed(args.seed + step))
-    stats = {k: [] for k in ("loss", "clip_frac_high", "clip_frac_low", "clip_frac_dual", "kl", "ratio", "grad_norm")}
+    token_stats = ("clip_frac_high", "clip_frac_low", "clip_frac_dual", "kl", "ratio")
+    sums = dict.fromkeys(("loss",) + token_stats + ("tokens",), 0.0)  # this rank's; token_stats weighted by tokens
+    grad_norms = []
     advantages = advantages.to(accelerator.device)
+    per_mini_batch = len(advantages) // args.mini_batches  # rows: (contexts per rank / mini-batches) x G
     for k in range(args.mini_batches):
-        rows = order[k::args.mini_batches]
-        # token-mean over the whole mini-batch on all ranks: DDP averages gradients over the ranks, so
-        # each rank divides by (the mini-batch's tokens on all ranks / ranks).
-        tokens = accelerator.reduce(sequences.completion_mask[rows.to(accelerator.device)].sum().float(), "sum")
-        # Rows of one context next to each other, so that a micro-batch runs each prompt once (the
-        # mini-batch's gradient is the same sum whatever the order of its micro-batches).
-        rows = rows[torch.argsort(sequences.prompt_index.cpu()[rows], stable=True)]
+        rows = torch.arange(k * per_mini_batch, (k + 1) * per_mini_batch, device=accelerator.device)
+        # token-mean over the whole mini-batch on all ranks: DDP and FSDP average gradients over the
+        # ranks, so each rank divides by (the mini-batch's tokens on all ranks / ranks).
+        tokens = accelerator.reduce(sequences.completion_mask[rows].sum().float(), "sum")
         for start in range(0, len(rows), args.micro_batch_size):
-            idx = rows[start:start + args.micro_batch_size].to(accelerator.device)
+            idx = rows[start:start + args.micro_batch_size]
             micro = sequences.rows(idx)
             width = micro.completion_ids.shape[1]
             logp = learner.policy(*micro.fields(), args.temperature)  # (micro-batch, width)
             loss, loss_stats = policy_loss(logp, old_logp[idx, :width] if old_logp is not None else logp.detach(),
-                                  ref_logp[idx, :width] if ref_logp is not None else None, advantages[idx],
-                                  micro.completion_mask, clip_low=args.clip_low, clip_high=args.clip_high,
-                                  dual_clip=args.dual_clip, kl_coef=args.kl_coef, kl_estimator=args.kl_estimator,
-                                  agg=args.agg, minibatch_tokens=max(1.0, tokens.item() / world),
-                                  minibatch_sequences=len(rows))
-            accelerator.backward(loss)
-            for name in ("clip_frac_high", "clip_frac_low", "clip_frac_dual", "kl", "ratio"):
-                stats[name].append(loss_stats[name])
-            stats["loss"].append(loss.item())
-        stats["grad_norm"].append(float(accelerator.clip_grad_norm_(learner.policy.parameters(), args.grad_clip)))
+                                           ref_logp[idx, :width] if ref_logp is not None else None, advantages[idx],
+                                           micro.completion_mask, clip_low=args.clip_low, clip_high=args.clip_high,
+                                           dual_clip=args.dual_clip, kl_coef=args.kl_coef,
+                                           kl_estimator=args.kl_estimator, agg=args.agg,
+                                           minibatch_tokens=max(1.0, tokens.item() / world),
+                                           minibatch_sequences=len(rows))
+            loss.backward()
+            tokens_here = micro.completion_mask.sum().item()
+            sums["loss"] += loss.item() / args.mini_batches  # this rank's part of the mini-batches' mean loss
+            sums["tokens"] += tokens_here
+            for name in token_stats:
+                sums[name] += loss_stats[name] * tokens_here
+        grad_norms.append(full_norm(torch.nn.utils.clip_grad_norm_(learner.policy.parameters(), args.grad_clip)))
         learner.optimizer.step()
-        learner.scheduler.step()
         learner.optimizer.zero_grad(set_to_none=True)
-    return stats
+    # Over ranks: the loss is the mean of the ranks' parts (the objective that the averaged gradients
+    # descend), the other statistics means over all completion tokens; the gradient norm is already global.
+    totals = dict(zip(sums, accelerator.reduce(torch.tensor(list(sums.values()), device=accelerator.device),
+                                               "sum").tolist()))
+    return {"loss": totals["loss"] / world, **{k: totals[k] / max(totals["tokens"], 1.0) for k in token_stats},
+            "grad_norm": mean(grad_norms)}
 
 
 def sync_sampler(learner: Learner) -> None:
-    """vLLM samples from its own copy of the weights: push the updated policy to it."""
-    with gathered_policy(learner.accelerator, learner.policy) as lm:
-        learner.engine.load_weights(lm)
+    """The engine samples from its own copy of the weights (vLLM; the transformers engine under --fsdp):
+    push the updated policy to it, one parameter at a time (every rank takes part: under FSDP each
+    parameter is gathered from the shards)."""
+    learner.engine.load_weights(full_weights(learner.accelerator.unwrap_model(learner.policy).lm))
 
 
 # ----------------------------------------------------------------------------- log, validate
@@ -395,6 +438,7 @@ def step_metrics(learner: Learner, batch: list, completions: list, rates: list, 
     all_rewards = gather(rewards.flatten().to(device))
     all_rates = gather(torch.tensor([p if p is not None else 0.0 for p in rates], device=device))
     zero_std = gather((rewards.std(1) == 0).float().to(device))
+    memory = gather(torch.tensor([peak_memory_gb(device)], device=device)).tolist()  # one per rank
     n_tokens = float(sequences.prompt_mask.sum(1)[sequences.prompt_index].sum() + sequences.completion_mask.sum())
     return {**extra, "reward_mean": all_rewards.mean().item(),
             "reward_std": all_rewards.std().item() if all_rewards.numel() > 1 else 0.0,
@@ -402,28 +446,46 @@ def step_metrics(learner: Learner, batch: list, completions: list, rates: list, 
             "zero_std_groups": zero_std.mean().item(),
             "no_code": sum(extract_code(c.text) is None for c in samples) / len(samples),
             "response_len": lengths.mean().item(), "truncated": truncated.mean().item(),
-            "lr": learner.scheduler.get_last_lr()[0], **{k: mean(v) for k, v in stats.items()},
+            "lr": learner.optimizer.param_groups[0]["lr"], **stats,
             **{k: round(v, 3) for k, v in timings.items()},
             "gen_tokens_per_s": float(lengths.sum()) / max(timings["generate_s"], 1e-9),
             "train_tokens_per_s": n_tokens / max(timings["update_s"] + timings["logprob_s"], 1e-9),
             "correctness_mean": mean([correctness_reward(p, batch[k // len(completions[0])]["prev_best"])
-                                      for k, p in enumerate(rates) if p is not None])}
+                                      for k, p in enumerate(rates) if p is not None]),
+            "peak_memory_gb": max(memory), "peak_memory_gb_per_rank": [round(m, 3) for m in memory]}
+
+
+def peak_memory_gb(device) -> float:
+    """This process's peak memory so far: what torch allocated on the GPU (vLLM's engine included when
+    colocated), or the resident set on the CPU."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2 ** 30
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20  # KiB on Linux
 
 
 def validate(learner: Learner, val_contexts: list, args, step: int, workers) -> dict:
-    """One sample per validation context at the evaluation temperature; the mean validation reward."""
+    """One sample per validation context at the evaluation temperature; the mean validation reward.
+    Each rank takes every world-th context; shares are padded to equal length (the padding is scored and
+    left out of the mean) so that every rank gathers the same shape."""
     start = time.perf_counter()
-    rank, world = learner.accelerator.process_index, learner.accelerator.num_processes
-    share = val_contexts[rank::world]
+    acc = learner.accelerator
+    rank, world = acc.process_index, acc.num_processes
+    positions = list(range(rank, len(val_contexts), world))
+    real = len(positions)
+    positions += [positions[0] if positions else 0] * (math.ceil(len(val_contexts) / world) - real)
+    share = [val_contexts[i] for i in positions]
+    seeds = [request_seeds(args.seed + 7 * step, len(val_contexts), 1)[i] for i in positions]
     outs = sample_from_policy(learner, [learner.engine.prompt_ids(c["messages"]) for c in share], n=1,
                               temperature=args.val_temperature, top_p=0.95, max_new_tokens=args.max_new_tokens,
-                              seed=args.seed + 7 * step)
+                              seed=seeds)
     results = run_programs([extract_code(o[0].text) for o in outs], [c["tests"] for c in share],
                            timeout_s=args.timeout, workers=workers)
     rewards = [validation_reward(None if r is None else pass_rate(r)) for r in results]
-    rewards = learner.accelerator.gather_for_metrics(torch.tensor(rewards, device=learner.accelerator.device,
-                                                                  dtype=torch.float32))
-    return {"val_reward": rewards.mean().item(), "val_s": round(time.perf_counter() - start, 3)}
+    kept = [1.0] * real + [0.0] * (len(share) - real)
+    both = acc.gather(torch.tensor([rewards, kept], device=acc.device, dtype=torch.float32).T)  # (n, 2)
+    return {"val_reward": (both[:, 0] * both[:, 1]).sum().item() / len(val_contexts),
+            "val_s": round(time.perf_counter() - start, 3)}
 
 
 def mean(xs):
@@ -433,13 +495,32 @@ def mean(xs):
 # ----------------------------------------------------------------------------- main
 
 
+def check_launch(args, mixed: str) -> None:
+    """Refuse launches train.py cannot honour, before anything loads."""
+    if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true":
+        raise SystemExit("error: this launch asks Accelerate for FSDP; train.py shards with FSDP2 itself: launch with "
+                         "a multi-process config (configs/fsdp_8b.yaml, configs/ddp.yaml) or torchrun, and pass --fsdp")
+    if mixed not in ("no", "bf16"):
+        raise SystemExit(f"error: mixed precision {mixed!r} is not supported: use bf16 or no")
+
+
 def main(argv=None):
     args = parse_args(argv)
     if args.sanity_reward_tokens is None:
         require_safe_sandbox()
     mixed = args.mixed_precision or os.environ.get("ACCELERATE_MIXED_PRECISION") or \
         ("bf16" if torch.cuda.is_available() else "no")
-    accelerator = Accelerator(log_with=args.log_with, project_dir=args.out, mixed_precision=mixed)
+    check_launch(args, mixed)
+    model_path = find_smollm2_gguf() if args.model == "smollm2" else args.model
+    use_vllm = engine_kind(args.engine, model_path) == "vllm"  # (checked before anything loads)
+    # Under --fsdp, FSDP2's own mixed precision casts the weights; Accelerate's autocast stays off.
+    accelerator = Accelerator(log_with=args.log_with, project_dir=args.out, mixed_precision="no" if args.fsdp else mixed)
+    launched = int(os.environ.get("WORLD_SIZE", "1"))
+    if launched != accelerator.num_processes:
+        raise SystemExit(f"error: {launched} processes were launched but Accelerate sees a run of "
+                         f"{accelerator.num_processes} ({accelerator.distributed_type.value}): they would train "
+                         "unsynchronised copies and write the same files. On CPUs launch with "
+                         "`ACCELERATE_USE_CPU=true torchrun --nproc_per_node N train.py ...`.")
     set_seed(args.seed)
     out, main_process = Path(args.out), accelerator.is_main_process
     log = (lambda *a: print(*a, file=sys.stderr)) if main_process else (lambda *a: None)
@@ -449,28 +530,39 @@ def main(argv=None):
         if (out / "metrics.jsonl").exists() and not args.resume:
             raise SystemExit(f"error: {out} already holds a run: pass --resume to continue it, or choose another --out")
     rank, world = accelerator.process_index, accelerator.num_processes
-    if args.batch_size % world:
-        raise SystemExit(f"error: --batch-size {args.batch_size} must be divisible by the {world} processes")
+    if args.batch_size % (args.mini_batches * world):
+        raise SystemExit(f"error: --batch-size {args.batch_size} must be divisible by --mini-batches x processes = "
+                         f"{args.mini_batches} x {world} (each rank takes an equal share of every mini-batch)")
 
     # ------------------------------------------------------------------ the data, the policy, the learner
     contexts, val_contexts = load_training_contexts(args, log)
-    model_path = find_smollm2_gguf() if args.model == "smollm2" else args.model
     dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32}[args.dtype]
     tokenizer, policy = load_model(model_path, dtype=dtype, trainable=True)
-    prompt_tokens = lambda messages: len(chat_prompt_ids(tokenizer, messages, args.thinking or None))  # noqa: E731
+    compute_dtype = torch.bfloat16 if mixed == "bf16" else dtype
+    prompt_tokens = lambda messages: len(chat_prompt_ids(tokenizer, messages, args.thinking))  # noqa: E731
     contexts, val_contexts, too_long = fit_prompt_budget(contexts, val_contexts, prompt_tokens, args, log)
-    steps_per_epoch = math.ceil(len(contexts) / args.batch_size)
+    # As the authors (veRL's drop_last): only full batches; the last len % batch contexts of an epoch's
+    # order are not trained in that epoch (each epoch's order differs, so no context is always left out).
+    steps_per_epoch = len(contexts) // args.batch_size
+    if steps_per_epoch == 0:
+        raise SystemExit(f"error: {len(contexts)} training contexts are fewer than --batch-size {args.batch_size}")
     total_steps = min(args.max_steps or 10 ** 9, args.epochs * steps_per_epoch)
-    log(f"{total_steps} steps of {args.batch_size} contexts x {args.group_size} programs")
+    log(f"{total_steps} steps of {args.batch_size} contexts x {args.group_size} programs on {world} process(es)"
+        f"{' (FSDP)' if args.fsdp else ''}; each epoch leaves out {len(contexts) % args.batch_size} contexts "
+        "(the last partial batch, as the authors)")
     workers = args.workers or max(1, (os.cpu_count() or 1) // world)
-    learner = make_learner(args, accelerator, model_path, tokenizer, policy, workers)
+    learner = make_learner(args, accelerator, model_path, use_vllm, tokenizer, policy, compute_dtype, workers)
     step = 0
     if args.resume:
-        step, folder = resume(accelerator, out)
+        step, folder = resume(accelerator, learner.policy, learner.optimizer, out)
         if folder is not None:
             log(f"resumed from {folder} (step {step})")
-            if learner.use_vllm:
+            if learner.engine_has_copy:
                 sync_sampler(learner)
+        if main_process:  # steps logged after the checkpoint are run again: their rows go
+            rows = read_jsonl(out / "metrics.jsonl", repair=True)
+            if any(r["step"] > step for r in rows):
+                write_jsonl(out / "metrics.jsonl", [r for r in rows if r["step"] <= step])
     if main_process:
         accelerator.init_trackers("cobalt-min", config={k: v for k, v in vars(args).items() if v is not None})
 
@@ -488,7 +580,7 @@ def main(argv=None):
         prompts = [learner.engine.prompt_ids(c["messages"]) for c in batch]
         # 2. sample G next programs per context from the current policy
         with timed(timings, "generate_s"):
-            completions = sample_programs(learner, prompts, args, seed=args.seed * 100003 + step * world + rank)
+            completions = sample_programs(learner, prompts, args, step)
         # 3. run them on all tests of their problem; the immediate reward r(s_t, a) of each
         with timed(timings, "execute_s"):
             rewards, rates = learner.score(batch, completions)  # (B, G); B*G pass rates (None: no code)
@@ -499,9 +591,9 @@ def main(argv=None):
             sequences, old_logp, ref_logp = sequence_logprobs(learner, prompts, completions, args)
         # 6. the clipped GRPO update
         with timed(timings, "update_s"):
-            stats = update_policy(learner, sequences, advantages, old_logp, ref_logp, args, step)
+            stats = update_policy(learner, sequences, advantages, old_logp, ref_logp, args)
         # 7. the sampler follows the policy
-        if learner.use_vllm:
+        if learner.engine_has_copy:
             with timed(timings, "sync_s"):
                 sync_sampler(learner)
         step += 1
@@ -517,12 +609,14 @@ def main(argv=None):
             bar.set_postfix(reward=f"{metrics['reward_mean']:.3f}", pass_rate=f"{metrics['pass_rate']:.2f}")
             bar.update(1)
         if step % args.save_every == 0 or step == total_steps:
-            save_checkpoint(accelerator, out, step, epoch, args.keep_checkpoints)
+            save_checkpoint(accelerator, learner.policy, learner.optimizer, out, step, epoch, args.keep_checkpoints)
     bar.close()
 
     save_final_policy(accelerator, learner.policy, tokenizer, out / "final")
     if main_process:
         log(f"wrote {out / 'metrics.jsonl'}, {write_report(out)} and the final policy to {out / 'final'}")
+    if hasattr(learner.engine, "close"):
+        learner.engine.close()
     accelerator.end_training()
 
 

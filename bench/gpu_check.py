@@ -12,8 +12,13 @@ Steps, each reported as {"ok": bool, ...} or {"skipped": why}:
    vLLM's greedy tokens equal the updated model's again, and they differ from before.
 4. train_steps: 2 steps of train.py (--engine vllm where vLLM is installed, else --engine hf) on the
    demo problems, to the final checkpoint.
-5. bench: bench/bench_gpu.py --quick (0.6B update MFU and memory; engine vs plain generate).
-Steps 2 and 3 need vLLM (`pip install vllm`, see README); without it they are skipped, saying so.
+5. two_ranks_fsdp: 2 steps of train.py on 2 GPUs, `torchrun --nproc_per_node 2 train.py --fsdp` (bf16
+   compute, KL on, a checkpoint, the final save), with a vLLM engine per rank where vLLM is installed:
+   the steps complete, the peak memory of each rank, and the memory each GPU held during the run
+   (nvidia-smi, every 0.5 s: each rank's engine must sit on its own GPU, so both GPUs hold about as much).
+6. bench: bench/bench_gpu.py --quick (0.6B update MFU and memory; engine vs plain generate).
+Steps 2 and 3 need vLLM (`pip install vllm`, see README); without it they are skipped, saying so. Step 5
+needs 2 GPUs; the dry run runs it on 2 CPU processes (gloo) with the transformers engine.
 """
 
 import argparse
@@ -36,6 +41,7 @@ from random_model import make_random_chat_model  # noqa: E402
 
 from cobalt_min.generation import HFEngine, load_model  # noqa: E402
 from cobalt_min.prompts import first_turn_messages  # noqa: E402
+from cobalt_min.sharding import full_weights  # noqa: E402
 
 QUESTIONS = ["Read two integers and print their sum.", "Print the reverse of the input line.",
              "Read n, then n numbers; print the largest.", "Print Hello, World!"]
@@ -114,7 +120,7 @@ def main():
         changed = sum(a != b for a, b in zip(after, state["before"]))
         if "e" not in vllm_engine:
             return {"skipped": "needs vLLM (step 2)", "hf_tokens_changed": f"{changed}/{len(prompts)}"}
-        vllm_engine["e"].load_weights(model)
+        vllm_engine["e"].load_weights(full_weights(model))
         got = greedy(vllm_engine["e"], prompts, new_tokens)
         equal = sum(a == b for a, b in zip(got, after))
         return {"ok": equal == len(prompts) and changed > 0, "prompts_equal_after_update": f"{equal}/{len(prompts)}",
@@ -126,12 +132,13 @@ def main():
     if cuda:
         torch.cuda.empty_cache()
 
+    from cobalt_min.jsonl import write_jsonl
+    from cobalt_min.problems import load_problems
+    contexts = os.path.join(work, "contexts.jsonl")
+    write_jsonl(contexts, [{"problem_id": p.id, "messages": first_turn_messages(p.question), "prev_best": 0.0,
+                            "turn": 0, "tests": p.all_tests()} for p in load_problems("demo", limit=4, verbose=False)])
+
     def train_steps():
-        from cobalt_min.jsonl import write_jsonl
-        from cobalt_min.problems import load_problems
-        contexts = os.path.join(work, "contexts.jsonl")
-        write_jsonl(contexts, [{"problem_id": p.id, "messages": first_turn_messages(p.question), "prev_best": 0.0,
-                                "turn": 0, "tests": p.all_tests()} for p in load_problems("demo", limit=4, verbose=False)])
         out = os.path.join(work, "train")
         engine = "vllm" if have_vllm else "hf"
         cmd = [sys.executable, os.path.join(ROOT, "train.py"), "--model", model_dir, "--contexts", contexts, "--out", out,
@@ -145,6 +152,45 @@ def main():
                 "engine": engine, "step_s": [m["step_s"] for m in metrics],
                 "stderr_tail": proc.stderr[-1500:] if proc.returncode else ""}
     step(results, "train_steps", train_steps)
+
+    def two_ranks_fsdp():
+        if cuda and torch.cuda.device_count() < 2:
+            return {"skipped": f"{torch.cuda.device_count()} GPU(s): needs 2"}
+        out = os.path.join(work, "train_fsdp")
+        engine = "vllm" if have_vllm else "hf"
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", os.path.join(ROOT, "train.py"),
+               "--model", model_dir, "--contexts", contexts, "--out", out, "--fsdp", "--engine", engine,
+               "--batch-size", "2", "--group-size", "4", "--mini-batches", "1", "--max-new-tokens", str(2 * new_tokens),
+               "--max-steps", "2", "--micro-batch-size", "4", "--save-every", "1", "--kl-coef", "1e-4", "--lr", "1e-5",
+               "--max-prompt-tokens", "2048"]
+        env = dict(os.environ, **({} if cuda else {"ACCELERATE_USE_CPU": "true"}))
+        used, stop = {}, []
+        poller = None
+        if cuda:
+            import threading
+
+            def poll():  # MiB held on each GPU, by any process (vLLM's engines and the trainers)
+                while not stop:
+                    q = subprocess.run(["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"],
+                                       capture_output=True, text=True)
+                    for line in q.stdout.splitlines():
+                        i, mib = (int(x) for x in line.split(","))
+                        used[i] = max(used.get(i, 0), mib)
+                    time.sleep(0.5)
+            poller = threading.Thread(target=poll, daemon=True)
+            poller.start()
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=900, env=env)
+        stop.append(True)
+        if poller:
+            poller.join()
+        metrics = [json.loads(x) for x in open(os.path.join(out, "metrics.jsonl"))] if proc.returncode == 0 else []
+        both_gpus = not cuda or (len(used) >= 2 and min(used[0], used[1]) > 0.5 * max(used[0], used[1]))
+        return {"ok": proc.returncode == 0 and len(metrics) == 2 and "on 2 process(es) (FSDP)" in proc.stderr
+                and os.path.exists(os.path.join(out, "final", "config.json")) and both_gpus,
+                "engine": engine, "step_s": [m["step_s"] for m in metrics],
+                "peak_memory_gb_per_rank": metrics[-1]["peak_memory_gb_per_rank"] if metrics else None,
+                "gpu_memory_used_mib": used, "stderr_tail": proc.stderr[-1500:] if proc.returncode else ""}
+    step(results, "two_ranks_fsdp", two_ranks_fsdp)
 
     def bench():
         path = os.path.join(work, "bench_gpu.json")

@@ -1,28 +1,37 @@
-"""Where train.py's weights go: checkpoints and exact resume, the final policy, and the whole policy
-gathered on one rank for the sampler. Plumbing: nothing here changes what is learned.
+"""Where train.py's weights go: checkpoints and exact resume, and the final policy. Plumbing: nothing
+here changes what is learned.
 
-A checkpoint is Accelerate's full state (model, optimizer, scheduler, RNGs) plus train_state.json
-{step, epoch}: the data order of a step is a function of the step number alone (train.epoch_order),
-so resuming from step N continues exactly as an uninterrupted run would.
+A checkpoint (out/checkpoints/step_N) holds the policy's weights and the optimizer's state, written with
+torch.distributed.checkpoint: each rank writes its own shard under FSDP, rank 0 the one copy under DDP
+or in one process, and any number of ranks can read it back. Plus train_state.json {step, epoch}.
+Nothing else is needed to continue exactly: the data order of a step is a function of the step number
+(train.epoch_order), every random draw of a step comes from a generator seeded by (seed, step), and
+the learning rate is constant. The frozen reference policy is not saved: it is the initial model.
 """
 
-import contextlib
 import json
 import shutil
 from pathlib import Path
 
-from accelerate.utils import DistributedType
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_state_dict,
+                                                     set_state_dict)
 
 
 def checkpoints(out: Path) -> list[Path]:
-    """The checkpoint folders in --out, oldest first."""
-    return sorted((Path(out) / "checkpoints").glob("step_*"), key=lambda p: int(p.name.split("_")[1]))
+    """The complete checkpoint folders in --out, oldest first (a folder without train_state.json was cut
+    short while being written)."""
+    found = [p for p in (Path(out) / "checkpoints").glob("step_*") if (p / "train_state.json").exists()]
+    return sorted(found, key=lambda p: int(p.name.split("_")[1]))
 
 
-def save_checkpoint(accelerator, out: Path, step: int, epoch: int, keep: int) -> None:
-    """Save the full training state as out/checkpoints/step_N and keep only the `keep` newest."""
+def save_checkpoint(accelerator, model, optimizer, out: Path, step: int, epoch: int, keep: int) -> None:
+    """Save the policy and optimizer as out/checkpoints/step_N (every rank takes part) and keep only the
+    `keep` newest. train_state.json is written last: it marks the checkpoint complete."""
     folder = Path(out) / "checkpoints" / f"step_{step}"
-    accelerator.save_state(str(folder))
+    model_state, optimizer_state = get_state_dict(model, optimizer)
+    dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=str(folder))
+    accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         (folder / "train_state.json").write_text(json.dumps({"step": step, "epoch": epoch}))
         for old in checkpoints(out)[:-keep]:
@@ -30,41 +39,37 @@ def save_checkpoint(accelerator, out: Path, step: int, epoch: int, keep: int) ->
     accelerator.wait_for_everyone()
 
 
-def resume(accelerator, out: Path) -> tuple[int, Path | None]:
-    """Load the newest checkpoint in out, if any: (the step it ended, its folder), else (0, None)."""
+def resume(accelerator, model, optimizer, out: Path) -> tuple[int, Path | None]:
+    """Load the newest checkpoint in out, if any, into model and optimizer: (the step it ended, its
+    folder), else (0, None)."""
     found = checkpoints(out)
     if not found:
         return 0, None
-    accelerator.load_state(str(found[-1]))
+    if not (found[-1] / ".metadata").exists():
+        raise SystemExit(f"error: {found[-1]} is not a checkpoint this version of train.py can read (no "
+                         ".metadata file); start a new --out")
+    model_state, optimizer_state = get_state_dict(model, optimizer)
+    state = {"model": model_state, "optimizer": optimizer_state}
+    dcp.load(state, checkpoint_id=str(found[-1]))  # in place, each rank its own part
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+    accelerator.wait_for_everyone()
     return json.loads((found[-1] / "train_state.json").read_text())["step"], found[-1]
 
 
-@contextlib.contextmanager
-def gathered_policy(accelerator, wrapped):
-    """The unwrapped policy with all of its weights on this rank, for generation and weight sync.
-    DDP and single device: the model itself. FSDP (v1) and DeepSpeed ZeRO-3 shard the weights: they are
-    gathered for the duration (untested here: no multi-GPU machine in CI)."""
-    lm = accelerator.unwrap_model(wrapped).lm
-    if accelerator.distributed_type == DistributedType.FSDP:
-        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-        with FSDP.summon_full_params(wrapped, writeback=False):
-            yield lm
-    elif accelerator.distributed_type == DistributedType.DEEPSPEED and \
-            accelerator.state.deepspeed_plugin.zero_stage == 3:
-        import deepspeed
-        with deepspeed.zero.GatheredParameters(list(lm.parameters()), modifier_rank=None):
-            yield lm
-    else:
-        yield lm
-
-
-def save_final_policy(accelerator, wrapped, tokenizer, folder: Path) -> None:
-    """The trained policy as a plain Hugging Face folder (evaluate.py --model FOLDER loads it). The full
-    weights are gathered first (under FSDP / ZeRO-3 each rank holds a shard); the main process writes."""
-    accelerator.wait_for_everyone()
-    state = accelerator.get_state_dict(wrapped)
+def save_final_policy(accelerator, model, tokenizer, folder: Path) -> None:
+    """The trained policy as a plain Hugging Face folder (evaluate.py --model FOLDER loads it). `model`
+    is train.py's LogprobModel (under DDP or FSDP, or neither): its full weights are gathered on the
+    main process's CPU (under FSDP from every rank's shard), which writes them."""
+    state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     if accelerator.is_main_process:
-        final = accelerator.unwrap_model(wrapped).lm
-        final.config.use_cache = True
-        final.save_pretrained(folder, state_dict={k.removeprefix("lm."): v for k, v in state.items()})
+        lm = accelerator.unwrap_model(model).lm
+        lm.config.use_cache = True
+        # A tied weight (the LM head that is the embedding) comes back as its own copy: save it once.
+        first_name, tied = {}, set()
+        for name, p in lm.named_parameters(remove_duplicate=False):
+            if first_name.setdefault(id(p), name) != name:
+                tied.add(name)
+        lm.save_pretrained(folder, state_dict={k.removeprefix("lm."): v for k, v in state.items()
+                                               if k.removeprefix("lm.") not in tied})
         tokenizer.save_pretrained(folder)
+    accelerator.wait_for_everyone()

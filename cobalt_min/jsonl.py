@@ -33,12 +33,17 @@ def read_jsonl(path, repair: bool = False) -> list[dict]:
 
 
 def write_jsonl(path, records) -> None:
-    """Write a whole JSONL file (one record per line), making its folder if needed."""
+    """Write a whole JSONL file (one record per line), making its folder if needed. The file is written
+    beside and then renamed over the old one: a kill leaves the old file or the new one, never half."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
+    part = path.with_name(path.name + ".part")
+    with open(part, "w") as f:
         for record in records:
             f.write(json.dumps(record) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(part, path)
 
 
 def append_jsonl(path, record: dict) -> None:

@@ -13,6 +13,7 @@ token. Everything else here computes exactly that, with less memory and less wor
 """
 
 import dataclasses
+import inspect
 
 import torch
 import torch.nn.functional as F
@@ -154,9 +155,9 @@ def completion_logprobs(model, batch: SequenceBatch, *, temperature: float = 1.0
     if getattr(model.config, "final_logit_softcapping", None) or getattr(model.config, "logits_scaling", None):
         raise ValueError(f"{type(model).__name__} post-processes its logits; use naive_token_logprobs")
     if share_prompts is None:
-        share_prompts = not (getattr(model, "is_gradient_checkpointing", False) and model.training
-                             and torch.is_grad_enabled())
+        share_prompts = not (_checkpointing(model) and model.training and torch.is_grad_enabled())
     decoder = model.get_decoder()
+    cache_arg = _cache_argument(decoder)
     pmask, cmask, index = batch.prompt_mask, batch.completion_mask, batch.prompt_index
     P = pmask.shape[1]
     if share_prompts:
@@ -164,11 +165,11 @@ def completion_logprobs(model, batch: SequenceBatch, *, temperature: float = 1.0
         cache = DynamicCache(config=model.config)
         prompt_pos = (pmask.cumsum(1) - 1).clamp(min=0)  # (U, P)
         prompt_hidden = decoder(input_ids=batch.prompt_ids, attention_mask=pmask, position_ids=prompt_pos,
-                                past_key_values=cache, use_cache=True).last_hidden_state  # (U, P, H)
+                                use_cache=True, **{cache_arg: cache}).last_hidden_state  # (U, P, H)
         cache.batch_select_indices(index)  # (U, ...) -> (R, ...): each row gets its prompt's keys and values
         completion_pos = pmask.sum(1)[index][:, None] + torch.arange(cmask.shape[1], device=cmask.device)  # (R, C)
         hidden = decoder(input_ids=batch.completion_ids, attention_mask=torch.cat([pmask[index], cmask], 1),
-                         position_ids=completion_pos, past_key_values=cache, use_cache=True).last_hidden_state
+                         position_ids=completion_pos, use_cache=True, **{cache_arg: cache}).last_hidden_state
         # Token t of a completion is predicted from the hidden state before it: the prompt's last for t = 0.
         hidden = torch.cat([prompt_hidden[index, -1:], hidden[:, :-1]], 1)  # (R, C, H)
     else:
@@ -180,6 +181,18 @@ def completion_logprobs(model, batch: SequenceBatch, *, temperature: float = 1.0
     logp = _ChunkedTokenLogprob.apply(hidden[valid], head.weight, head.bias, batch.completion_ids[valid],
                                       float(temperature), int(chunk_tokens))  # (N,) N = completion tokens
     return torch.zeros(cmask.shape, dtype=torch.float32, device=cmask.device).masked_scatter(valid, logp)
+
+
+def _checkpointing(model) -> bool:
+    """Whether the model trains with activation (gradient) checkpointing (transformers 5 renamed the flag)."""
+    if hasattr(type(model), "is_activation_checkpointing"):
+        return bool(model.is_activation_checkpointing)
+    return bool(getattr(model, "is_gradient_checkpointing", False))
+
+
+def _cache_argument(module) -> str:
+    """The name of a forward's KV-cache argument: transformers renamed past_key_values to cache."""
+    return "cache" if "cache" in inspect.signature(module.forward).parameters else "past_key_values"
 
 
 # ----------------------------------------------------------------------------- full sequences (the definition)

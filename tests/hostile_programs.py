@@ -44,7 +44,7 @@ def programs(canary_dir: str, port: int, marker: str) -> dict:
         "memory_bomb": ("x = bytearray(50 * 1024 ** 3)\n", two),
         "memory_growth": ("a = []\nwhile True:\n    a.append(' ' * 10 ** 7)\n", two),
         "fork_bomb": ("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n", two),
-        # "fill": fill the process limit with busy children, then answer at once. "count": print how many
+        # "fill": fill the process limit with children, then answer at once. "count": print how many
         # other processes of the sandbox uid exist. A test must start with every process of the one
         # before it gone, killed AND reaped (one still dying counts against the process limit).
         "fill_process_limit": (FILL_THEN_COUNT, {"inputs": ["fill", "count", "fill", "count"],
@@ -250,13 +250,13 @@ print('FOUND' if found else 'not found', found[:3])
 
 
 FILL_THEN_COUNT = """
-import os
+import os, time
 if input() == 'fill':
     while True:
         try:
             if os.fork() == 0:
-                while True:
-                    pass
+                time.sleep(100)  # (sleeping, not spinning: 64 spinning children would starve the parent)
+                os._exit(0)
         except OSError:
             break
     print('filled')

@@ -163,3 +163,18 @@ def test_prompts_sharing_a_prefix_in_several_groups_sample_as_the_definition(tin
     seeds = request_seeds(2, len(prompts), 1)
     for i, prompt in enumerate(prompts):
         assert outs[i][0].token_ids == reference_sample(engine.model, prompt, seeds[i], 1.0, 1.0, 6, engine.eos_ids), i
+
+
+def test_non_thinking_runs_tell_the_template_so(tiny_model_dir):
+    # Qwen3's template thinks unless enable_thinking is false: a run without --thinking must say false (the
+    # reward then applies the non-thinking format rules to answers that hold no </think>).
+    engine = HFEngine(tiny_model_dir, device="cpu", thinking=False)
+    engine.tokenizer.chat_template = ("{% for m in messages %}{{ m['content'] }}{% endfor %}"
+                                      "{% if enable_thinking is defined and enable_thinking is false %}NOTHINK"
+                                      "{% else %}THINK{% endif %}")
+    text = lambda ids: engine.tokenizer.decode(ids)  # noqa: E731
+    assert text(engine.prompt_ids([{"role": "user", "content": "q"}])).endswith("NOTHINK")
+    engine.thinking = True
+    assert text(engine.prompt_ids([{"role": "user", "content": "q"}])).endswith("THINK")
+    import train
+    assert train.parse_args(["--model", "m", "--contexts", "c", "--out", "o"]).thinking is False

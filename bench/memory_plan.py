@@ -1,0 +1,117 @@
+"""Per-rank GPU memory of train.py --fsdp with colocated vLLM, from arithmetic the code follows. Prints a table.
+
+    python bench/memory_plan.py                                   # Qwen3-8B on 4 x 80 GB, the paper's lengths
+    python bench/memory_plan.py --ranks 8 --micro-batch-size 4 --vllm-share 0.35
+    python bench/memory_plan.py --config path/to/config.json      # another model (a Hugging Face config)
+
+What each phase holds on one rank (GB = 1e9 bytes):
+- always: the policy's float32 master weights and AdamW's two float32 moments, sharded over the ranks
+  (sharding.shard_model); the frozen reference in the compute dtype (bf16), sharded; vLLM's share of the
+  device (--vllm-gpu-memory-utilization: its bf16 weights, then KV cache in what is left).
+- generation: nothing more (vLLM samples in its own share; the trainer's weights are not gathered).
+- update: + the float32 gradient shards (freed after each optimizer step: zero_grad(set_to_none=True)),
+  + two decoder layers gathered in bf16 (the one running and the one prefetched), + activations of one
+  micro-batch: with --gradient-checkpointing each layer keeps its bf16 input (hidden size per token) and one
+  layer's internals are alive at a time; without it every layer's internals are kept (about 34 x hidden
+  bytes per token and layer for a Llama/Qwen layer in bf16, a standard estimate). Under checkpointing each
+  row runs its own prompt (logprobs.completion_logprobs: the KV cache is not kept), so a micro-batch holds
+  micro-batch x (prompt + response) tokens; without it the prompt runs once for its rows. The LM head
+  adds one chunk of float32 logits (--logprob-chunk x vocabulary).
+- weight sync: + one full float32 parameter at a time (sharding.full_weights); the largest is the embedding.
+What this leaves out: CUDA/NCCL workspace and the allocator's fragmentation (budget a few GB), the
+reference log-prob pass (no gradient: smaller than the update's).
+"""
+
+import argparse
+import json
+
+QWEN3_8B = {"hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 36, "num_attention_heads": 32,
+            "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936, "tie_word_embeddings": False}
+GB = 1e9
+
+
+def parameter_counts(cfg: dict) -> dict:
+    """Parameters of a Llama/Qwen3-style decoder: {'layer': one decoder layer, 'embedding': vocab x hidden,
+    'total': all, counting an untied LM head}."""
+    h, i, v = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+    d = cfg.get("head_dim") or h // cfg["num_attention_heads"]
+    q, kv = cfg["num_attention_heads"] * d, cfg["num_key_value_heads"] * d
+    attention = h * q + 2 * h * kv + q * h
+    norms = 2 * h + (2 * d if cfg.get("model_type", "qwen3") == "qwen3" else 0)  # Qwen3 adds q/k norms
+    layer = attention + 3 * h * i + norms
+    embedding = v * h
+    total = cfg["num_hidden_layers"] * layer + embedding + h + (0 if cfg.get("tie_word_embeddings") else embedding)
+    return {"layer": layer, "embedding": embedding, "total": total}
+
+
+def plan(cfg: dict, *, ranks: int, device_gb: float, vllm_share: float, prompt: int, response: int,
+         micro_batch: int, checkpointing: bool, logprob_chunk: int) -> dict:
+    """GB per rank in each phase (see the module docstring)."""
+    n = parameter_counts(cfg)
+    h, layers = cfg["hidden_size"], cfg["num_hidden_layers"]
+    master = 4 * n["total"] / ranks
+    adam = 8 * n["total"] / ranks
+    reference = 2 * n["total"] / ranks
+    vllm = vllm_share * device_gb * GB
+    resident = master + adam + reference + vllm
+    grads = 4 * n["total"] / ranks
+    gathered_layers = 2 * 2 * n["layer"]
+    if checkpointing:
+        tokens = micro_batch * (prompt + response)
+        activations = tokens * h * 2 * layers + tokens * 34 * h  # layer inputs + one layer's internals
+    else:
+        tokens = prompt + micro_batch * response
+        activations = tokens * 34 * h * layers
+    head = logprob_chunk * cfg["vocab_size"] * 4 * 3  # logits, their softmax, its gradient
+    update = resident + grads + gathered_layers + activations + head
+    sync = resident + 4 * n["embedding"]
+    vllm_weights = 2 * n["total"]
+    kv_per_token = 2 * layers * cfg["num_key_value_heads"] * (cfg.get("head_dim") or h // cfg["num_attention_heads"]) * 2
+    return {"parameters_billion": n["total"] / 1e9,
+            "resident": {"master_weights": master / GB, "adam_moments": adam / GB, "reference": reference / GB,
+                         "vllm_share": vllm / GB},
+            "generation_gb": resident / GB, "update_gb": update / GB, "sync_gb": sync / GB,
+            "update_parts": {"gradients": grads / GB, "gathered_layers": gathered_layers / GB,
+                             "activations": activations / GB, "lm_head_chunk": head / GB},
+            "vllm_kv_cache_gb": (vllm - vllm_weights) / GB,
+            "vllm_kv_cache_tokens": int(max(0.0, vllm - vllm_weights) / kv_per_token),
+            "device_gb": device_gb}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", default=None, help="a model's config.json (default: Qwen3-8B's numbers)")
+    ap.add_argument("--ranks", type=int, default=4, help="GPUs (default 4)")
+    ap.add_argument("--device-gb", type=float, default=80.0, help="memory per GPU (default 80)")
+    ap.add_argument("--vllm-share", type=float, default=0.3, help="--vllm-gpu-memory-utilization (default 0.3)")
+    ap.add_argument("--prompt", type=int, default=10240, help="--max-prompt-tokens (default 10240)")
+    ap.add_argument("--response", type=int, default=6144, help="--max-new-tokens (default 6144)")
+    ap.add_argument("--micro-batch-size", type=int, default=2, help="--micro-batch-size (default 2)")
+    ap.add_argument("--no-checkpointing", action="store_true", help="without --gradient-checkpointing")
+    ap.add_argument("--logprob-chunk", type=int, default=256, help="--logprob-chunk (default 256)")
+    ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    a = ap.parse_args()
+    cfg = json.load(open(a.config)) if a.config else QWEN3_8B
+    p = plan(cfg, ranks=a.ranks, device_gb=a.device_gb, vllm_share=a.vllm_share, prompt=a.prompt,
+             response=a.response, micro_batch=a.micro_batch_size, checkpointing=not a.no_checkpointing,
+             logprob_chunk=a.logprob_chunk)
+    if a.json:
+        print(json.dumps(p, indent=2))
+        return
+    r, u = p["resident"], p["update_parts"]
+    print(f"{p['parameters_billion']:.2f}B parameters, {a.ranks} ranks x {a.device_gb:.0f} GB, micro-batch "
+          f"{a.micro_batch_size} x ({a.prompt} + {a.response}) tokens, checkpointing {'off' if a.no_checkpointing else 'on'}")
+    print(f"  resident: master {r['master_weights']:.1f} + AdamW {r['adam_moments']:.1f} + reference {r['reference']:.1f}"
+          f" + vLLM share {r['vllm_share']:.1f} GB (its KV cache: {p['vllm_kv_cache_gb']:.1f} GB, "
+          f"~{p['vllm_kv_cache_tokens']:,} tokens)")
+    print(f"  generation  {p['generation_gb']:6.1f} GB")
+    print(f"  update      {p['update_gb']:6.1f} GB  (+ gradients {u['gradients']:.1f}, gathered layers "
+          f"{u['gathered_layers']:.1f}, activations {u['activations']:.1f}, LM head {u['lm_head_chunk']:.1f})")
+    print(f"  weight sync {p['sync_gb']:6.1f} GB")
+    worst = max(p["generation_gb"], p["update_gb"], p["sync_gb"])
+    print(f"  peak {worst:.1f} of {a.device_gb:.0f} GB: {'fits' if worst < 0.95 * a.device_gb else 'DOES NOT FIT'} "
+          "(leave a few GB for CUDA, NCCL and fragmentation)")
+
+
+if __name__ == "__main__":
+    main()

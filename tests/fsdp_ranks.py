@@ -1,0 +1,73 @@
+"""Run by tests/test_distributed.py under `torchrun --nproc_per_node 2` (gloo, CPU): the pieces of
+train.py --fsdp, with the functions train.py calls, against the unsharded model. Prints "fsdp pieces ok"."""
+import copy
+import os
+import sys
+import tempfile
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from accelerate import Accelerator  # noqa: E402
+
+from cobalt_min.checkpoint import save_final_policy  # noqa: E402
+from cobalt_min.generation import load_model  # noqa: E402
+from cobalt_min.logprobs import LogprobModel, pack_groups  # noqa: E402
+from cobalt_min.sharding import full_norm, full_weights, shard_model  # noqa: E402
+
+accelerator = Accelerator(cpu=True)
+assert accelerator.num_processes == 2 and dist.get_world_size() == 2
+tokenizer, lm = load_model(sys.argv[1], dtype=torch.float32)
+plain = copy.deepcopy(lm)  # the unsharded model, for comparison
+mesh = init_device_mesh("cpu", (2,))
+policy = shard_model(LogprobModel(lm, chunk_tokens=5), mesh)
+ref = shard_model(LogprobModel(copy.deepcopy(plain).requires_grad_(False).eval(), chunk_tokens=5), mesh)
+
+# 1. Every weight of policy and reference is a shard on this rank's device, split over both ranks.
+for model in (policy, ref):
+    for p in model.parameters():
+        assert isinstance(p, DTensor) and p.device_mesh.size() == 2 and p.to_local().device.type == accelerator.device.type
+
+# 2. Log-probs and their gradients equal the unsharded model's (each rank its own rows, as in train.py).
+batch = pack_groups([[5, 6, 7, 8], [9, 10]], [[11, 12, 13], [14], [15, 16], [17, 18, 19, 20]], [0, 0, 1, 1], 0)
+rows = torch.arange(dist.get_rank(), 4, 2)
+mine = batch.rows(rows)
+logp = policy(*mine.fields(), 0.7)
+want = LogprobModel(plain, chunk_tokens=5)(*mine.fields(), 0.7)
+assert torch.allclose(logp, want, atol=1e-5), (logp, want)
+with torch.no_grad():
+    assert torch.allclose(ref(*mine.fields(), 0.7), want, atol=1e-5)
+logp.sum().backward()  # FSDP averages the ranks' gradients: that of the whole batch's sum / 2
+whole = LogprobModel(plain, chunk_tokens=5)(*batch.fields(), 0.7)
+(whole.sum() / 2).backward()
+norm = full_norm(torch.nn.utils.clip_grad_norm_(policy.parameters(), 1e9))
+want_norm = float(torch.nn.utils.clip_grad_norm_(plain.parameters(), 1e9))
+assert abs(norm - want_norm) < 1e-4 * max(1.0, want_norm), (norm, want_norm)
+for (name, p), q in zip(policy.lm.named_parameters(), plain.parameters()):
+    assert torch.allclose(p.grad.full_tensor(), q.grad, atol=1e-5), name
+
+# 3. The weight stream: lazy (a generator), one full parameter per item, all of them, the model's names.
+stream = full_weights(policy.lm)
+assert iter(stream) is stream
+largest = max(p.numel() for p in plain.parameters())
+names = []
+for name, tensor in stream:
+    assert not isinstance(tensor, DTensor) and tensor.numel() <= largest
+    assert torch.equal(tensor, dict(plain.named_parameters())[name])
+    names.append(name)
+    del tensor  # one full parameter alive at a time
+assert names == [n for n, _ in plain.named_parameters()]
+
+# 4. The gathered final save loads as the unsharded model.
+folder = os.path.join(tempfile.gettempdir(), f"fsdp-final-{os.environ['MASTER_PORT']}")
+save_final_policy(accelerator, policy, tokenizer, folder)
+if accelerator.is_main_process:
+    _, saved = load_model(folder, dtype=torch.float32)
+    for (name, p), q in zip(saved.named_parameters(), plain.parameters()):
+        assert torch.equal(p, q), name
+accelerator.wait_for_everyone()
+print("fsdp pieces ok", flush=True)
+dist.destroy_process_group()
