@@ -2,6 +2,7 @@
 
     python bench/bench_sandbox.py                 # 120 programs x 20 tests, 2 workers
     python bench/bench_sandbox.py --programs 300 --workers 8 --isolation process
+    python bench/bench_sandbox.py --against ../other-checkout --rounds 10   # this checkout's sandbox vs another's
 
 Both runners judge the same programs (small competitive-programming solutions, a third of them wrong)
 side by side in one run, with the same number of concurrent workers. Printed: tests/s of each, the
@@ -16,11 +17,17 @@ test, execs the program and keeps its stdout (no isolation, limits, timeout or r
 nothing preloaded, once holding the modules the sandbox runner holds (json for call-based results,
 traceback for error messages, ctypes, the common competitive-programming modules). And what a
 forked child pays for each memory page it writes (copy-on-write), which bounds all of the above.
+
+--against DIR compares two versions of the sandbox instead: run_batch of this checkout and of the
+checkout in DIR on the same jobs, each in a fresh process, alternating over --rounds rounds; printed:
+tests/s of each per round, the median ratio (this / other) with its range, and whether all verdicts
+agree.
 """
 import argparse
 import concurrent.futures
 import contextlib
 import io
+import json
 import marshal
 import mmap
 import os
@@ -188,6 +195,48 @@ def own_time_per_test(program, tests, repeat=3):
     return best
 
 
+# Judges the jobs in a JSON file with one checkout's run_batch; prints {"seconds", "passed"} as JSON.
+RUN_BATCH = """
+import json, sys, time, warnings
+warnings.simplefilter("ignore")
+sys.path.insert(0, sys.argv[1])
+from cobalt_min.sandbox import run_batch
+jobs = json.load(open(sys.argv[2]))
+run_batch(jobs[:4], workers=int(sys.argv[3]), isolation=sys.argv[4])  # start-up, once
+start = time.perf_counter()
+results = run_batch(jobs, workers=int(sys.argv[3]), isolation=sys.argv[4])
+print(json.dumps({"seconds": time.perf_counter() - start, "passed": [[r.passed for r in res] for res in results]}))
+"""
+
+
+def against(other: str, jobs, workers, isolation, rounds):
+    """This checkout's run_batch against the one in `other`, alternating, each round in fresh processes."""
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
+        json.dump(jobs, f)
+        f.flush()
+        n_tests = sum(len(t["inputs"]) for _, t in jobs)
+        rates, verdicts = {ROOT: [], other: []}, {}
+        for r in range(rounds):
+            for side in (ROOT, other) if r % 2 == 0 else (other, ROOT):
+                out = subprocess.run([sys.executable, "-c", RUN_BATCH, os.path.abspath(side), f.name, str(workers),
+                                      isolation], capture_output=True, text=True, check=True).stdout
+                result = json.loads(out)
+                rates[side].append(n_tests / result["seconds"])
+                verdicts.setdefault(side, result["passed"])
+                agree = result["passed"] == verdicts[side]
+                if not agree:
+                    verdicts[side] = None
+        ratios = [a / b for a, b in zip(rates[ROOT], rates[other])]
+        print(f"{len(jobs)} programs, {n_tests} tests, {workers} workers, isolation={isolation}, {rounds} alternating rounds")
+        for name, side in (("this", ROOT), ("other", other)):
+            print(f"{name:5s} ({side}): tests/s " + ", ".join(f"{x:.0f}" for x in rates[side])
+                  + f"; median {statistics.median(rates[side]):.0f}")
+        print(f"ratio this/other: median {statistics.median(ratios):.3f} (range {min(ratios):.3f}-{max(ratios):.3f})")
+        same = verdicts[ROOT] is not None and verdicts[ROOT] == verdicts[other]
+        print(f"verdicts  : {'identical' if same else 'DIFFERENT'}")
+        return same
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--programs", type=int, default=120, help="number of programs (default 120)")
@@ -195,9 +244,13 @@ def main():
     ap.add_argument("--workers", type=int, default=None, help="concurrent workers for both runners (default: CPUs)")
     ap.add_argument("--isolation", default="auto", choices=["auto", "bwrap", "process"])
     ap.add_argument("--overhead-programs", type=int, default=30, help="programs used for the overhead figure")
+    ap.add_argument("--against", default=None, help="another checkout of cobalt-min: compare its sandbox with this one")
+    ap.add_argument("--rounds", type=int, default=10, help="with --against: alternating rounds (default 10)")
     args = ap.parse_args()
     workers = args.workers or default_workers()
     isolation = resolve_isolation(args.isolation)
+    if args.against:
+        sys.exit(0 if against(args.against, make_jobs(args.programs, args.tests), workers, isolation, args.rounds) else 1)
     page_us = cow_page_cost_us()  # first, while this process has no threads
     jobs = make_jobs(args.programs, args.tests)
     n_tests = sum(len(t["inputs"]) for _, t in jobs)

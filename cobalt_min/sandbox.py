@@ -18,9 +18,12 @@ and the runner sandbox_runner.py: a reader of the paper can skip both. How it is
   only the Python install and a size-capped private /tmp and /dev/shm, an empty environment, and
   (root) a uid reserved for this sandbox, so "kill every process of this sandbox" is a complete clean-up.
   Without root and without bubblewrap only an unsafe process mode is left: 'auto' refuses it.
-- The runner forks a fresh copy of itself per test (fresh interpreter state, per-test rlimits and
-  wall clock, capped output) and reports stdout/stderr/exit status. The grader, in this process,
-  compares with the expected outputs, which never enter the sandbox.
+- For each program the runner forks a job process in fresh mount, pid and ipc namespaces (a fresh
+  scratch tmpfs, /dev/shm and /proc; nothing of one program reaches the next), which drops every
+  privilege and forks a fresh copy of itself per test (fresh interpreter state, per-test rlimits and
+  wall clock, capped output); it reports stdout/stderr/exit status. The grader, in this process,
+  compares with the expected outputs, which never enter the sandbox. Where the grader may make
+  cgroups, the whole sandbox lives in one: memory and processes bounded per test, all processes together.
 - Whatever a program does costs its own tests only: a malformed result is a runtime error, a runner
   it killed or froze is replaced and the remaining tests go on, and nothing it made (files, shared
   memory, keys, processes) is left for the next test.
@@ -103,13 +106,14 @@ _INTEGER = re.compile(r"[+-]?[0-9]+")
 
 
 def _tokens_close(a: str, b: str, tol: float) -> bool:
-    """Two output tokens equal within `tol`. Integers compare exactly (a tolerance is for real numbers:
-    1000000001 is not 1000000000); numbers too large for a float compare as text, never as inf."""
+    """An output token `a` equal to the expected token `b` within `tol`. An integer expected demands that
+    integer, printed as one (a tolerance is for real numbers: 1000000500.0 is within 1e-6 of 1000000007,
+    and is not it); numbers too large for a float compare as text, never as inf."""
     if a == b:
         return True
-    if _INTEGER.fullmatch(a) and _INTEGER.fullmatch(b):
+    if _INTEGER.fullmatch(b):
         try:
-            return int(a) == int(b)
+            return _INTEGER.fullmatch(a) is not None and int(a) == int(b)
         except ValueError:  # more digits than Python converts: the texts differ, so do the numbers
             return False
     try:
@@ -142,7 +146,7 @@ def _values_equal(got, expected, float_tol):
     if isinstance(got, (int, float)) and isinstance(expected, (int, float)):
         if isinstance(got, float) and not math.isfinite(got) or isinstance(expected, float) and not math.isfinite(expected):
             return False  # inf (a number too large for JSON's floats) or nan: never a match
-        if float_tol is not None and (isinstance(got, float) or isinstance(expected, float)):
+        if float_tol is not None and isinstance(expected, float):  # (an integer expected is exact)
             try:
                 return math.isclose(got, expected, rel_tol=float_tol, abs_tol=float_tol)
             except OverflowError:  # an integer beyond float range against a float
@@ -158,7 +162,8 @@ def _values_equal(got, expected, float_tol):
 def value_matches(got, expected, float_tol: float | None = None, taco_wrapped: bool = False) -> bool:
     """Call-based comparison of JSON values (a returned tuple arrives as a list). With taco_wrapped
     (TACO data only), an expected one-element list also accepts its element, as TACO's checker does.
-    Non-finite numbers never match; with float_tol only values involving a float are compared within it."""
+    Non-finite numbers never match; with float_tol only expected floats are compared within it (an
+    expected integer demands that integer: 3.0 is 3, 3.0000001 is not)."""
     try:
         if _values_equal(got, expected, float_tol):
             return True
@@ -193,8 +198,10 @@ def read_result(result: str):
         return None, None, f"the program's result could not be read ({type(e).__name__})"
 
 
-def grade_test(report: dict, expected, fn_name: str | None, float_tol=None, taco_wrapped=False) -> TestResult:
-    """Turn the runner's report on one test into a verdict, comparing with `expected` here."""
+def grade_test(report: dict, expected, fn_name: str | None, float_tol=None, taco_wrapped=False,
+               timeout_s: float | None = None) -> TestResult:
+    """Turn the runner's report on one test into a verdict, comparing with `expected` here. A test whose
+    measured wall time exceeds timeout_s is a timeout, whatever else the report says."""
     out, err, code = report["stdout"], report["stderr"], report["exit"]
     returned = value = problem = None
     if fn_name is not None and report.get("result"):
@@ -207,8 +214,10 @@ def grade_test(report: dict, expected, fn_name: str | None, float_tol=None, taco
 
     if report["output_limited"]:
         return verdict(False, "output_limit", "the program printed more than the output limit")
-    if report["timed_out"]:
+    if report["timed_out"] or (timeout_s is not None and report["time_s"] > timeout_s):
         return verdict(False, "timeout")
+    if report.get("out_of_memory"):
+        return verdict(False, "memory_limit", "the test's processes together went over the memory limit")
     if code != 0:
         if "MemoryError" in err[-2000:]:
             return verdict(False, "memory_limit")
@@ -298,8 +307,8 @@ def check_tests(tests) -> tuple[list, list]:
 
 # The process machinery (runner processes, isolation, uid leases, the channel to the runner) lives in
 # sandbox_process.py: nothing there decides a verdict. Imported here, below what it uses from this file.
-from cobalt_min.sandbox_process import (SANDBOX_UID_BASE, Sandbox, bwrap_available, imported_modules,  # noqa: E402,F401
-                                        namespaces_available)
+from cobalt_min.sandbox_process import (CGROUP_SLACK_MB, SANDBOX_UID_BASE, Sandbox, bwrap_available,  # noqa: E402,F401
+                                        cgroup_support, imported_modules, namespaces_available)
 
 
 # ----------------------------------------------------------------------------- public API

@@ -23,6 +23,7 @@ import sys
 import sysconfig
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 from cobalt_min import sandbox_runner as runner
@@ -58,7 +59,8 @@ def _decode_report(body: bytes) -> dict:
     text = [body[a:b].decode("utf-8", "replace") for a, b in
             ((out, out + n_out), (out + n_out, out + n_out + n_err), (out + n_out + n_err, len(body)))]
     return {"i": k, "exit": code, "timed_out": bool(flags & runner.TIMED_OUT),
-            "output_limited": bool(flags & runner.OUTPUT_LIMITED), "stdout": text[0], "stderr": text[1],
+            "output_limited": bool(flags & runner.OUTPUT_LIMITED), "out_of_memory": bool(flags & runner.OUT_OF_MEMORY),
+            "stdout": text[0], "stderr": text[1],
             "result": text[2] if flags & runner.HAS_RESULT else None, "time_s": time_s}
 
 
@@ -151,8 +153,13 @@ def _bwrap_prefix(limits: api.Limits, scratch: str) -> list[str]:
     args += ["--remount-ro", "/", "--chdir", scratch]
     for name, value in _runner_env(scratch).items():
         args += ["--setenv", name, value]
-    if os.geteuid() == 0:  # the runner needs these two to drop to the sandbox uid, then has none
-        args += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    # The runner is pid 1 itself (no bwrap process inside the sandbox: without root one would run as you,
+    # dumpable, reachable by ptrace and /proc/1/fd). It keeps what it needs to give each job namespaces and
+    # mounts of its own and to return to its own (CAP_SYS_ADMIN, CAP_SYS_CHROOT for setns) and, as root, to
+    # drop to the sandbox uid; each job drops them all before its first test (sandbox_runner.job_process).
+    args += ["--as-pid-1"]
+    caps = ["CAP_SYS_ADMIN", "CAP_SYS_CHROOT"] + (["CAP_SETUID", "CAP_SETGID", "CAP_KILL"] if os.geteuid() == 0 else [])
+    args += (["--cap-drop", "ALL"] if os.geteuid() == 0 else []) + [x for cap in caps for x in ("--cap-add", cap)]
     return args
 
 
@@ -185,6 +192,120 @@ class _UidLease:
         self._file.close()
 
 
+# ----------------------------------------------------------------------------- cgroups
+
+CGROUP_SLACK_MB = 64  # the runner and its job process share the test's cgroup: their memory on top of memory_mb
+CGROUP_SLACK_PROCS = 4  # likewise: the launcher (bwrap, or process mode's outer half), the runner, the job's two
+_CGROUPS: dict = {}
+_WARNED_CGROUP: list = []  # the no-cgroup warning is given once per process
+
+
+def cgroup_support():
+    """Where this process may make cgroups with a memory and a process limit: ("v1", {"memory": folder,
+    "pids": folder}) or ("v2", folder), each the grader's own cgroup (new ones go under it, never
+    elsewhere), or (None, why not). Checked once per process."""
+    if "found" in _CGROUPS:
+        return _CGROUPS["found"]
+    own = {}
+    try:
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, controllers, path = line.split(":", 2)
+            for c in controllers.split(",") if controllers else [""]:
+                own[c] = path
+    except OSError:
+        own = {}
+    found = (None, "no cgroup file system with memory and pids controllers here")
+    v1 = {c: Path("/sys/fs/cgroup") / c / own.get(c, "/").lstrip("/") for c in ("memory", "pids")}
+    if all(c in own for c in v1):
+        writable = all(os.access(d, os.W_OK) and os.access(d / "cgroup.procs", os.W_OK) for d in v1.values())
+        found = _probe_cgroup(("v1", v1)) if writable else \
+            (None, f"the cgroup v1 folders {v1['memory']} and {v1['pids']} are not writable by this user (as root they are)")
+    elif "" in own and Path("/sys/fs/cgroup/cgroup.controllers").exists():
+        base = Path("/sys/fs/cgroup") / own[""].lstrip("/")
+        try:
+            enabled = (base / "cgroup.subtree_control").read_text().split()
+            if not {"memory", "pids"} <= set(enabled):
+                (base / "cgroup.subtree_control").write_text("+memory +pids")
+            found = _probe_cgroup(("v2", base))
+        except OSError as e:
+            found = (None, f"cgroup v2 at {base} does not let this process make child cgroups with memory and "
+                           f"pids controllers ({e.strerror}): run as root, or from a cgroup whose "
+                           "cgroup.subtree_control enables them")
+    _CGROUPS["found"] = found
+    return found
+
+
+def _probe_cgroup(found):
+    """found, if a cgroup can be made there (checked by making one), else (None, why not). Also removes
+    the empty cgroups of graders that died without removing theirs (older than a minute)."""
+    kind, where = found
+    for base in (where.values() if kind == "v1" else [where]):
+        for stale in base.glob("cobalt_min-*"):
+            try:
+                if time.time() - stale.stat().st_mtime > 60 and not (stale / "cgroup.procs").read_text().strip():
+                    stale.rmdir()
+            except OSError:
+                pass
+    try:
+        _Cgroup(found, api.Limits()).remove()
+        return found
+    except OSError as e:
+        return (None, f"cannot make cgroups here ({e})")
+
+
+class _Cgroup:
+    """A cgroup of the sandbox's own, holding every process of it: the memory of all of them together
+    (the test's processes, files in its tmpfs, the runner) is bounded by memory_mb + CGROUP_SLACK_MB,
+    and their number by max_procs + CGROUP_SLACK_PROCS. Without it a test's 64 processes could each take
+    memory_mb. When the test goes over, the kernel kills a process of this cgroup (its largest: a test's)
+    and counts it in the counter the runner reads (oom_fd), so the test's verdict is memory_limit."""
+
+    def __init__(self, found, limits):
+        kind, where = found
+        self.kind, name = kind, f"cobalt_min-{os.getpid()}-{os.urandom(6).hex()}"  # (pids repeat across namespaces)
+        memory = (limits.memory_mb + CGROUP_SLACK_MB) << 20
+        procs = limits.max_procs + CGROUP_SLACK_PROCS
+        if kind == "v1":
+            self.folders = [where["memory"] / name, where["pids"] / name]
+            settings = [(self.folders[0] / "memory.limit_in_bytes", memory),
+                        (self.folders[0] / "memory.memsw.limit_in_bytes", memory),  # no swap (if accounted)
+                        (self.folders[1] / "pids.max", procs)]
+            self.counter = self.folders[0] / "memory.oom_control"
+        else:
+            self.folders = [where / name]
+            settings = [(self.folders[0] / "memory.max", memory), (self.folders[0] / "memory.swap.max", 0),
+                        (self.folders[0] / "pids.max", procs)]
+            self.counter = self.folders[0] / "memory.events"
+        try:
+            for folder in self.folders:
+                folder.mkdir()
+            for path, value in settings:
+                if path.exists() or path.name != "memory.memsw.limit_in_bytes":
+                    path.write_text(str(value))
+        except OSError:
+            self.remove()
+            raise
+
+    def join_command(self, cmd: list[str]) -> list[str]:
+        """cmd, started inside this cgroup (a shell writes its own pid into cgroup.procs, then execs it):
+        everything it starts is inside from its first instruction."""
+        procs = [str(folder / "cgroup.procs") for folder in self.folders]
+        script = 'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n-1)); done; exec "$@"'
+        return ["/bin/sh", "-c", script, "sh", str(len(procs)), *procs, *cmd]
+
+    def remove(self):
+        """Delete the cgroup (its processes are gone or going: retried for a second)."""
+        deadline = time.monotonic() + 1.0
+        for folder in self.folders:
+            while folder.exists():
+                try:
+                    folder.rmdir()
+                except OSError:
+                    if time.monotonic() > deadline:
+                        break
+                    time.sleep(0.01)
+
+
 # ----------------------------------------------------------------------------- one sandbox
 
 
@@ -205,6 +326,17 @@ class Sandbox:
         self._lease = _UidLease() if os.geteuid() == 0 else None
         self._tmp = None
         self.restarts = 0
+        self._cgroup = self._counter_fd = None
+        if not _probe:
+            found = cgroup_support()
+            if found[0] is not None:
+                self._cgroup = _Cgroup(found, self.limits)
+                self._counter_fd = os.open(self._cgroup.counter, os.O_RDONLY)
+            elif not _WARNED_CGROUP:
+                _WARNED_CGROUP.append(True)
+                warnings.warn(f"sandbox without a cgroup: {found[1]}. Memory is then bounded per process "
+                              "(address space), not per test: a test's processes together can take up to "
+                              "max_procs x memory_mb.", stacklevel=3)
 
     def __enter__(self):
         return self
@@ -224,7 +356,8 @@ class Sandbox:
         own_namespaces = self.isolation == "bwrap" or self.namespaces
         settings = {"uid": uid, "pidns": own_namespaces, "kill_all": own_namespaces or uid is not None,
                     "namespaces": self.namespaces, "private_ipc": own_namespaces or uid is not None,
-                    "parent": os.getpid() if self.isolation == "process" else None}
+                    "parent": os.getpid() if self.isolation == "process" else None,
+                    "jobns": own_namespaces, "oom_fd": self._counter_fd, "tmp_mb": self.limits.tmp_mb}
         if self._tmp is None and self.isolation == "process":
             # namespaces: where the sandbox's root is mounted (in its own mount namespace: this folder stays
             # empty here); otherwise the programs' scratch folder.
@@ -238,7 +371,7 @@ class Sandbox:
             settings["tmp"], cmd, env = scratch, _bwrap_prefix(self.limits, scratch), _runner_env(scratch)
         elif self.namespaces:
             scratch = scratch_folder(_python_paths())
-            settings.update(tmp=scratch, root=self._tmp, tmp_mb=self.limits.tmp_mb, python_paths=_python_paths())
+            settings.update(tmp=scratch, root=self._tmp, python_paths=_python_paths())
             cmd, env = [], _runner_env(scratch)
         else:
             settings["tmp"], cmd, env = self._tmp, [], _runner_env(self._tmp)
@@ -251,19 +384,27 @@ class Sandbox:
             _RUNNER_CODE_FD.append(os.memfd_create("cobalt_min-runner"))
             os.write(_RUNNER_CODE_FD[0], RUNNER_CODE)
         cmd += [sys.executable, "-I", "-c", RUNNER_BOOT, json.dumps(settings), str(_RUNNER_CODE_FD[0])]
-        self._errlog = tempfile.TemporaryFile()
+        if self._cgroup is not None:
+            cmd = self._cgroup.join_command(cmd)
+        # The runner's stderr (only ever its own crash report: tests write theirs to files of their own) is
+        # a pipe read here, never a file a program could reach through /proc.
+        self._errlog, err_w = os.pipe()
+        os.set_blocking(self._errlog, False)
+        fds = (to_runner, from_runner, self._report_fd, _RUNNER_CODE_FD[0]) + \
+            ((self._counter_fd,) if self._counter_fd is not None else ())
         try:
-            self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._errlog,
-                                          env=env, start_new_session=True, close_fds=True,
-                                          pass_fds=(to_runner, from_runner, self._report_fd, _RUNNER_CODE_FD[0]))
+            self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err_w,
+                                          env=env, start_new_session=True, close_fds=True, pass_fds=fds)
         finally:
             os.close(to_runner)
             os.close(from_runner)
-        self._buf, self._eof = b"", False
+            os.close(err_w)
+        os.set_blocking(self._to_runner, False)  # writes to the runner have a deadline (_send)
+        self._buf, self._eof, self._err = b"", False, b""
         hello = self._recv(time.monotonic() + 30)
         if not hello or not hello.get("ready"):
-            self._errlog.seek(0)
-            detail = self._errlog.read()[-2000:].decode(errors="replace").strip()
+            self._read_errors()
+            detail = self._err[-2000:].decode(errors="replace").strip()
             self._kill()
             if uid is not None and self.isolation == "process" and not self.namespaces:
                 detail += (f" (the runner runs as uid {uid}: it must be able to read the Python install "
@@ -274,12 +415,11 @@ class Sandbox:
         if self._proc is not None:
             self._proc.kill()  # bwrap / namespaces: the whole pid namespace goes down with the runner
             self._proc.wait()
-            for f in (self._to_runner, self._from_runner):
+            for f in (self._to_runner, self._from_runner, self._errlog):
                 try:
                     os.close(f)
                 except OSError:
                     pass
-            self._errlog.close()
             self._proc = None
 
     def close(self):
@@ -313,10 +453,32 @@ class Sandbox:
         if self._report_fd is not None:
             os.close(self._report_fd)
             self._report_fd = None
+        if self._cgroup is not None:
+            os.close(self._counter_fd)
+            self._cgroup.remove()
+            self._cgroup = self._counter_fd = None
 
-    def _send(self, msg):
-        data = json.dumps(msg).encode()
-        runner.write_all(self._to_runner, runner.FRAME.pack(len(data), b"J") + data)
+    def _send(self, msg, seconds: float = 10.0):
+        """Write a message to the runner within `seconds` (a runner stopped by a program never blocks the
+        grader: OSError, and the caller replaces it)."""
+        view = memoryview(runner.FRAME.pack(len(data := json.dumps(msg).encode()), b"J") + data)
+        deadline = time.monotonic() + seconds
+        while view:
+            wait = deadline - time.monotonic()
+            if wait <= 0 or not select.select([], [self._to_runner], [], wait)[1]:
+                raise OSError("the sandbox runner does not read its messages")
+            try:
+                view = view[os.write(self._to_runner, view):]
+            except BlockingIOError:
+                pass
+
+    def _read_errors(self):
+        """What the runner wrote to its stderr so far (its last 4 KiB kept)."""
+        try:
+            while chunk := os.read(self._errlog, 1 << 16):
+                self._err = (self._err + chunk)[-4096:]
+        except (BlockingIOError, OSError):
+            pass
 
     def _read_reports(self, offset):
         """The complete test reports the runner appended to the report file after `offset`, and the
@@ -387,9 +549,13 @@ class Sandbox:
                 self._start()
             os.ftruncate(self._report_fd, 0)  # the runner is idle: drop the last job's reports
             try:
-                self._send(dict(job, start=k, budget_s=max(0.0, program_deadline - time.monotonic())))
-            except OSError:
+                self._send(dict(job, start=k, budget_s=max(0.0, program_deadline - time.monotonic())),
+                           seconds=lim.timeout_s + 2.0)
+            except OSError:  # (a runner that does not read its job within that is frozen: replace it)
                 self._kill()
+                self.restarts += 1
+                yield k, api.TestResult(False, "timeout", detail="the sandbox stopped answering")
+                k += 1
                 continue
             offset, progress_at, done = 0, time.monotonic(), False
             pending = {}  # reports read but not yet yielded, by test index (big ones come by the pipe)
@@ -443,7 +609,8 @@ class Sandbox:
         try:
             for k, report in self.reports(program, inputs, fn_name):
                 results.append(report if isinstance(report, api.TestResult)
-                               else api.grade_test(report, outputs[k], fn_name, float_tol, taco_wrapped))
+                               else api.grade_test(report, outputs[k], fn_name, float_tol, taco_wrapped,
+                                                   timeout_s=self.limits.timeout_s))
         except api.SandboxError:
             raise  # the sandbox cannot run at all: not a verdict on this program
         except Exception as e:  # noqa: BLE001 - whatever went wrong costs this program only

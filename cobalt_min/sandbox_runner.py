@@ -1,6 +1,6 @@
 """The process that lives INSIDE the sandbox and runs untrusted programs (standard library only).
 
-sandbox.py starts this file's compiled code (`python -I -c <boot> <settings json> <code fd>`), inside
+sandbox_process.py starts this file's compiled code (`python -I -c <boot> <settings json> <code fd>`), inside
 bubblewrap or as a subprocess that makes its own namespaces (enter_namespaces), and talks to it in
 frames (FRAME: length, kind; then the body):
 
@@ -23,9 +23,12 @@ are binary because they are the runner's hot path: every page the runner writes 
 is copied (copy-on-write), and json.dumps writes many.
 
 Why one long-lived process instead of `python3 program.py` per test: starting an interpreter costs
-~10-20 ms, far more than a typical test. The runner starts Python once and forks a fresh copy of
-itself per test, so every test still begins from untouched interpreter state (the fork is a copy),
-with its own rlimits, its own wall clock and its own stdin/stdout/stderr files (memfds).
+~10-20 ms, far more than a typical test. The runner starts Python once; for each program it forks a
+job process in fresh namespaces (job_process: pid 1 of its own pid namespace, a fresh scratch tmpfs,
+/dev/shm and /proc, no privileges), which forks a fresh copy of itself per test, so every test still
+begins from untouched interpreter state (the fork is a copy), with its own rlimits, its own wall clock
+and its own stdin/stdout/stderr files (memfds). Without namespaces (the unsafe process mode) the runner
+itself forks the tests, and run_in_template plays the job process's part for the imports.
 
 Speed (see bench/RESULTS.md): a fork costs little, but every memory page that the child or the runner
 writes afterwards is copied, ~1-2 us each on a small VM. So everything a test child needs that does
@@ -33,8 +36,10 @@ not depend on the test is built once per job (child_plan), the child does as lit
 before running the program, and the runner writes little between two forks.
 
 What this process never holds: the expected outputs. They stay in the grader, which compares.
-A program can kill this runner (it shares its uid), and the grader then restarts it; it cannot
-read it (the runner makes itself non-dumpable, so /proc/<runner>/{mem,fd,environ} are closed to it).
+With job namespaces a program cannot even name this runner (it lives outside the program's pid
+namespace) and cannot signal its job's pid 1; in the unsafe process mode it can kill the runner (the
+grader then restarts it). It can read neither: both are non-dumpable, so /proc/<pid>/{mem,fd,environ}
+are closed to it.
 """
 
 import builtins
@@ -70,7 +75,7 @@ FRAME = struct.Struct("!Qc")  # body length, kind: b"J" (JSON) or b"R" (test rep
 # A test report: test index, exit code (negative: killed by that signal), flags, wall seconds, and the
 # sizes of the stdout, stderr and result bytes that follow (each cut at the output cap).
 REPORT = struct.Struct("!IiBd3I")
-TIMED_OUT, OUTPUT_LIMITED, HAS_RESULT = 1, 2, 4
+TIMED_OUT, OUTPUT_LIMITED, HAS_RESULT, OUT_OF_MEMORY = 1, 2, 4, 8
 PIPE_REPORT_BYTES = 1 << 16  # a report bigger than this goes through the pipe, not the report file
 
 
@@ -121,6 +126,8 @@ def _mount(source, target, fstype, flags, data=None):
 
 
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
+SYS_CAPSET = {"x86_64": 126, "aarch64": 91}
+NAMESPACE_FILES = ((CLONE_NEWNS, "mnt"), (CLONE_NEWIPC, "ipc"), (CLONE_NEWPID, "pid"))
 
 
 def enter_namespaces(settings):
@@ -224,18 +231,22 @@ def block_lasting_objects():
 
 
 def setup(settings):
-    """Become the sandbox identity: no root, no way back, die with the grader."""
+    """The runner's own set-up: no way to gain privileges, die with the grader, /proc/<runner> closed
+    to programs. With job namespaces (settings["jobns"]) the runner keeps the privileges it was started
+    with, to make each job's namespaces and mounts (job_process); each job drops them before its first
+    test. Otherwise the runner becomes the sandbox identity itself."""
     _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
     # Orphans of a test (daemons, a fork bomb's children) are re-parented to us, so we can reap them.
     _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     uid = settings.get("uid")
-    if uid is not None:
-        os.setgroups([])
-        os.setgid(uid)
-        os.setuid(uid)
+    if not settings["jobns"]:
+        become_test_identity(settings)
     # After setuid (which clears both): die when the grader dies; keep /proc/<runner> closed to programs.
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    # pid 1 (the runner here, each job process in its namespace) gets only the signals it handles. CPython
+    # handles SIGINT: keep KeyboardInterrupt for the programs, but never let it reach a pid 1.
+    signal.signal(signal.SIGINT, _interrupt_unless_init)
     if settings.get("parent") is not None and not settings.get("namespaces") and os.getppid() != settings["parent"]:
         os._exit(0)  # the grader is already gone
     settings["ipc_blocked"] = block_lasting_objects()
@@ -246,6 +257,158 @@ def setup(settings):
         if not (own_uid or own_pidns):
             raise RuntimeError("kill_all needs a reserved non-root uid or the sandbox's own pid namespace")
         kill_leftovers(settings, None)  # a previous user of this uid may have left processes behind
+
+
+def _interrupt_unless_init(signum, frame):
+    if os.getpid() != 1:
+        raise KeyboardInterrupt
+
+
+def become_test_identity(settings):
+    """Drop every privilege for good: as root, the uid reserved for this sandbox (setuid clears all
+    capabilities); in a user namespace (bubblewrap without root), the capabilities it was given."""
+    uid = settings.get("uid")
+    if uid is not None:
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+    elif settings["jobns"]:
+        drop_capabilities()
+    _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # (setuid resets it)
+
+
+def drop_capabilities():
+    """Empty this process's capability sets (capset; with no_new_privs nothing can give them back)."""
+    header = struct.pack("Ii", 0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    data = ctypes.create_string_buffer(24)  # 2 x {effective, permitted, inheritable}, all zero
+    _check(_libc.syscall(SYS_CAPSET[os.uname().machine], header, data), "capset")
+    _libc.prctl(47, 4, 0, 0, 0)  # PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL
+
+
+def out_of_memory_kills(settings):
+    """How many processes the kernel has killed in this sandbox's memory cgroup (its oom_kill counter,
+    read through a descriptor the grader passed: memory.oom_control on cgroup v1, memory.events on v2),
+    or 0 without a cgroup."""
+    fd = settings.get("oom_fd")
+    if fd is None:
+        return 0
+    text = os.pread(fd, 4096, 0)
+    at = text.find(b"oom_kill ")
+    return int(text[at + 9:text.index(b"\n", at)]) if at >= 0 else 0
+
+
+def test_lost_a_process_to_oom(settings):
+    """Whether the kernel killed a process of this sandbox for memory since the last call (the last test)."""
+    kills = out_of_memory_kills(settings)
+    lost, settings["oom_kills"] = kills > settings.get("oom_kills", 0), kills
+    return lost
+
+
+def run_job(settings, job, code, compile_error, plan, start):
+    """Run a job's tests from `start` in a job process of its own (job_process), pid 1 of fresh mount,
+    pid and ipc namespaces with a fresh tmpfs for the scratch folder and /dev/shm: nothing a program
+    leaves (files, extended attributes, inode and pid numbers, System V objects, processes) can reach a
+    later program, as it all lives in namespaces that end with the job. Where the runner can return to
+    its own namespaces (setns; as root), it makes the job's for itself, forks the job process into them
+    and goes back: one fork per job. Otherwise (bubblewrap without root, whose user namespace owns the
+    namespaces one level up) a child makes them and forks the job process. Returns the first test not
+    run, or None if the job process was killed (the grader then charges the first test it has no report for)."""
+    if settings.get("last_job"):
+        os.waitpid(settings.pop("last_job"), 0)  # (by now its namespaces are long gone: see below)
+    progress_r, progress_w = os.pipe()
+    if settings["setns_back"]:
+        make_job_namespaces(settings)
+        try:
+            pid = os.fork()
+            if pid == 0:
+                run_job_process(settings, job, code, compile_error, plan, start, progress_r, progress_w)
+        finally:
+            for kind, fd in settings["own_namespaces"]:  # back to the runner's own namespaces
+                _check(_libc.setns(fd, kind), "setns")
+            os.chdir(settings["tmp"])
+    else:
+        pid = os.fork()
+        if pid == 0:
+            try:
+                make_job_namespaces(settings)
+                if os.fork() == 0:
+                    run_job_process(settings, job, code, compile_error, plan, start, progress_r, progress_w)
+                os.close(progress_w)  # (only the job process reports progress)
+                os.wait()
+            finally:
+                os._exit(0)
+    os.close(progress_w)
+    done = os.read(progress_r, 4)
+    os.close(progress_r)
+    # The job process exits right after reporting; tearing down its namespaces takes the kernel a few ms
+    # (mostly waiting), which need not delay the grader: it is reaped before the next job.
+    settings["last_job"] = pid
+    return int.from_bytes(done, "big") if len(done) == 4 else None
+
+
+def make_job_namespaces(settings):
+    """New mount, pid (for the children) and ipc namespaces, and in them a fresh tmpfs on the scratch
+    folder and /dev/shm."""
+    _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC), "unshare")
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)  # mounts made here stay in the job's namespace
+    fresh = f"size={settings['tmp_mb']}m,nr_inodes=65536,mode=1777"
+    for path in settings["clean_folders"]:
+        _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, fresh)
+
+
+def can_return_to_own_namespaces():
+    """Whether this process may setns back into its own mount, ipc and pid namespaces after unsharing
+    them (tried in a child, which exits 0 if so)."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            own = [(kind, os.open(f"/proc/self/ns/{name}", os.O_RDONLY)) for kind, name in NAMESPACE_FILES]
+            _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC), "unshare")
+            os._exit(0 if all(_libc.setns(fd, kind) == 0 for kind, fd in own) else 1)
+        finally:
+            os._exit(1)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+
+
+def run_job_process(settings, job, code, compile_error, plan, start, progress_r, progress_w):
+    """In the forked job process: job_process, and exit (an error is the sandbox's, printed for the grader)."""
+    try:
+        os.close(progress_r)
+        job_process(settings, job, code, compile_error, plan, start, progress_w)
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        os._exit(0)
+
+
+def job_process(settings, job, code, compile_error, plan, start, progress_w):
+    """The job process: pid 1 of the job's pid namespace, without any privilege, it imports what the
+    program imports and runs the tests. As pid 1 it gets no signal it does not handle (SIGKILL and
+    SIGSTOP from its tests are ignored by the kernel), so no test can stop the clock it keeps, and its
+    kill(-1) reaches exactly the job's processes."""
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    os.close(settings["in_fd"])
+    become_test_identity(settings)
+    os.chdir(settings["tmp"])
+    settings["clean"] = [[path, folder_state(path)] for path in settings["clean_folders"]]
+    test_lost_a_process_to_oom(settings)  # (counts from here)
+    missing = [name for name in job.get("imports") or () if name not in sys.modules]
+    if missing and compile_error is None:
+        saved = os.dup(2)
+        os.dup2(os.open(os.devnull, os.O_RDWR), 2)  # what an import prints goes nowhere
+        for name in missing:
+            try:
+                __import__(name)
+            except BaseException:  # the program meets the same error when it imports it
+                pass
+        os.dup2(saved, 2)
+        os.close(saved)
+    k = start
+    while k < len(job["inputs"]) and time.monotonic() < job["deadline"]:
+        run_one(settings, job, k, code, compile_error, plan)
+        k += 1
+    os.write(progress_w, k.to_bytes(4, "big"))
 
 
 def has_children():
@@ -535,7 +698,8 @@ def run_one(settings, job, k, code, compile_error, plan, clean_up=True):
 
     Its stdin, stdout and stderr are memfds (in-memory files): the runner does nothing while the test
     runs but wait for its exit (no pipes to drain), and reads what it wrote afterwards.
-    clean_up=False: leave killing what the test left behind to the caller (see run_in_template)."""
+    clean_up=False: leave killing what the test left behind, and then cleaning up, to the caller (see
+    run_in_template)."""
     limits = job["limits"]
     fn_name = job.get("fn_name")
     fds = [os.memfd_create("stdin"), os.memfd_create("stdout"), os.memfd_create("stderr")]
@@ -553,12 +717,15 @@ def run_one(settings, job, k, code, compile_error, plan, clean_up=True):
         run_child(code, compile_error, fn_name, args, fds, plan)
     pidfd = os.pidfd_open(pid)
     exited = select.select([pidfd], [], [], limits["timeout_s"])[0]
+    # The wall clock from before the fork to the moment its exit was seen. Nothing a test does makes it
+    # shorter (a test that stops this process only lengthens it), and a test over its limit is a timeout
+    # whatever the select above saw: the clock, not the wake-up, decides.
     elapsed = time.monotonic() - start
     if not exited:  # out of time: kill it (and, below, everything it started)
         os.kill(pid, signal.SIGKILL)
     exit_code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
     os.close(pidfd)
-    if clean_up:
+    if clean_up:  # kill first, then clean: a leftover writer could refill the folder after a clean-up
         kill_leftovers(settings, pid)
     cap = limits["output_bytes"]
     out, out_size = read_capped(fds[1], cap)
@@ -566,9 +733,11 @@ def run_one(settings, job, k, code, compile_error, plan, clean_up=True):
     res, res_size = read_capped(fds[3], cap) if fn_name is not None else (b"", 0)
     for fd in fds:
         os.close(fd)
-    clean_after_test(settings)
-    flags = ((not exited or exit_code == -signal.SIGXCPU) * TIMED_OUT
-             | (max(out_size, err_size, res_size) > cap) * OUTPUT_LIMITED | (fn_name is not None) * HAS_RESULT)
+    if clean_up:
+        clean_after_test(settings)
+    flags = ((not exited or elapsed > limits["timeout_s"] or exit_code == -signal.SIGXCPU) * TIMED_OUT
+             | (max(out_size, err_size, res_size) > cap) * OUTPUT_LIMITED | (fn_name is not None) * HAS_RESULT
+             | test_lost_a_process_to_oom(settings) * OUT_OF_MEMORY)
     report = REPORT.pack(k, exit_code, flags, elapsed, len(out), len(err), len(res)) + out + err + res
     write_frame(settings["out_fd"] if len(report) > PIPE_REPORT_BYTES else settings["report_fd"], b"R", report)
 
@@ -600,8 +769,10 @@ def run_in_template(settings, job, start, code, plan, modules):
                 # kill(-1) would kill the runner too; a process group kill (process mode) is safe here.
                 run_one(settings, job, k, code, None, plan, clean_up=not settings["kill_all"])
                 k += 1
-                if settings["kill_all"] and has_children():
-                    break
+                if settings["kill_all"]:
+                    if has_children():
+                        break  # the runner kills what is left, then cleans up (kill first, then clean)
+                    clean_after_test(settings)
             os.write(progress_w, k.to_bytes(4, "big"))
         finally:
             os._exit(0)
@@ -610,6 +781,7 @@ def run_in_template(settings, job, start, code, plan, modules):
     done = os.read(progress_r, 4)
     os.close(progress_r)
     kill_leftovers(settings, None)
+    clean_after_test(settings)
     if len(done) != 4:
         sys.exit(1)  # killed by a program: the grader charges the first test without a report
     return int.from_bytes(done, "big")
@@ -622,7 +794,13 @@ def main():
     setup(settings)
     os.chdir(settings["tmp"])  # every test child starts here
     folders = [settings["tmp"]] + (["/dev/shm"] if settings["private_ipc"] and os.path.isdir("/dev/shm") else [])
+    settings["clean_folders"] = folders
     settings["clean"] = [[path, folder_state(path)] for path in folders]  # see clean_after_test
+    test_lost_a_process_to_oom(settings)  # (the cgroup's count may hold the kills of a runner before this one)
+    if settings["jobns"]:  # what run_job returns to after making each job's namespaces, if it can
+        settings["setns_back"] = can_return_to_own_namespaces()
+        settings["own_namespaces"] = [(kind, os.open(f"/proc/self/ns/{name}", os.O_RDONLY))
+                                      for kind, name in NAMESPACE_FILES]
     # CPython ignores SIGXFSZ; a test child must die when it writes past its file size limit. (The
     # runner itself has no such limit.) Set here once: signal.signal in each child costs ~20 page faults.
     signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
@@ -647,6 +825,11 @@ def main():
         plan = child_plan(settings, job, streams)
         os.lseek(settings["report_fd"], 0, os.SEEK_SET)  # the grader emptied the file before sending the job
         start = job.get("start", 0)
+        if settings["jobns"]:
+            if run_job(settings, job, code, compile_error, plan, start) is None:
+                sys.exit(1)  # killed (out of memory): the grader charges the first test without a report
+            send(settings, {"done": True})
+            continue
         missing = [name for name in job.get("imports") or () if name not in sys.modules]
         if missing and compile_error is None:
             start = run_in_template(settings, job, start, code, plan, missing)

@@ -98,7 +98,155 @@ def programs(canary_dir: str, port: int, marker: str) -> dict:
         "plant_outside": (PLANT, {"inputs": ["plant", "find"], "outputs": ["done\n", "0\n"]}),
         # Keep a key in the user keyring (it outlives processes) for a later program to find.
         "keyring_cache": (KEYRING, {"inputs": ["store", "find"], "outputs": ["stored\n", "found\n"]}),
+        # Stop the process that keeps the test's clock (its parent), work past the limit, print the right
+        # answer, and have a helper let the parent go on: as the module `random` is not preloaded, also
+        # through the runner's copy that imports it. Must be a timeout.
+        "stop_the_clock": (STOP_THE_CLOCK, two),
+        # Many processes, each under the per-process limit (memory_mb = 256), together far over it.
+        "memory_together": (MEMORY_TOGETHER, {"inputs": ["8\n"], "outputs": ["ok\n"]}),
+        # Reach the process that runs the tests (pid 1 of the test's namespace): its descriptors (the
+        # runner's error log, once), ptrace, other processes; and interrupt it (SIGINT).
+        "reach_pid_1": (REACH_PID_1, {"inputs": ["\n"], "outputs": ["fd-denied ptrace-denied 0\n"]}),
+        "interrupt_pid_1": ("import os, signal\nos.kill(1, signal.SIGINT)\nos.kill(os.getppid(), signal.SIGINT)\n"
+                            + SUM, two),
     }
+
+
+# Programs judged one after another in ONE sandbox: what the earlier ones do must not change what the later
+# ones see. Each name -> list of (program, tests).
+def sequences() -> dict:
+    answer = {"inputs": ["1 2\n"], "outputs": ["3\n"]}
+    return {
+        # A daemon of program A rewrites an answers file after A's clean-up; B solves nothing and prints it.
+        "leftover_writer": [(LEFTOVER_WRITER, answer), (PRINT_ANSWERS, answer), (PRINT_ANSWERS, answer)],
+        # A spoils every counter a later program could read (inode numbers of new files in the scratch
+        # folder and /dev/shm, pid numbers) and sets extended attributes on the folders it can; the probe
+        # must print the same before and after.
+        "side_channels": [(PROBE, answer), (SPOIL, answer), (PROBE, answer)],
+    }
+
+
+STOP_THE_CLOCK = r"""
+import os, random, signal, time
+a, b = map(int, input().split())
+parent = os.getppid()
+if os.fork() == 0:
+    time.sleep(1.6)
+    try:
+        os.kill(parent, signal.SIGCONT)
+    except OSError:
+        pass
+    os._exit(0)
+for target in (parent, 1):
+    try:
+        os.kill(target, signal.SIGSTOP)
+    except OSError:
+        pass
+end = time.time() + 1.5
+while time.time() < end:
+    pass
+print(a + b)
+"""
+
+MEMORY_TOGETHER = r"""
+import os, time
+n = int(input())
+pids = []
+for _ in range(n):
+    pid = os.fork()
+    if pid == 0:
+        block = b'\x01' * (90 << 20)  # written: really held
+        time.sleep(0.4)
+        os._exit(0)
+    pids.append(pid)
+ok = all(os.waitpid(p, 0)[1] == 0 for p in pids)
+print('ok' if ok else 'a child died')
+"""
+
+REACH_PID_1 = r"""
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+out = []
+try:
+    os.listdir('/proc/1/fd')
+    out.append('fd-open')
+except OSError:
+    out.append('fd-denied')
+out.append('ptrace-ok' if libc.ptrace(16, 1, 0, 0) == 0 else 'ptrace-denied')  # PTRACE_ATTACH
+others = [p for p in os.listdir('/proc') if p.isdigit() and int(p) not in (1, os.getpid())]
+input()
+print(*out, len(others))
+"""
+
+LEFTOVER_WRITER = r"""
+import os, random, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        end = time.time() + 3
+        while time.time() < end:
+            for folder in ('.', '/tmp', '/dev/shm'):
+                try:
+                    with open(os.path.join(folder, 'answers.txt'), 'w') as f:
+                        f.write('3\n')
+                except OSError:
+                    pass
+            time.sleep(0.001)
+    os._exit(0)
+time.sleep(0.2)
+a, b = map(int, input().split())
+print(a + b)
+"""
+
+PRINT_ANSWERS = r"""
+import os
+for folder in ('.', '/tmp', '/dev/shm'):
+    path = os.path.join(folder, 'answers.txt')
+    if os.path.exists(path):
+        print(open(path).read().strip())
+        break
+else:
+    print('none')
+"""
+
+PROBE = r"""
+import os
+out = []
+for folder in ('.', '/dev/shm'):
+    path = os.path.join(folder, 'probe')
+    open(path, 'w').close()
+    out.append(os.stat(path).st_ino)
+    os.remove(path)
+    try:
+        out.append(os.getxattr(folder, 'user.answer'))
+    except OSError:
+        out.append('no-xattr')
+pid = os.fork()
+if pid == 0:
+    os._exit(0)
+os.waitpid(pid, 0)
+out += [os.getpid(), pid]
+print(*out)
+"""
+
+SPOIL = r"""
+import os
+for folder in ('.', '/dev/shm'):
+    for k in range(50):
+        path = os.path.join(folder, f'spoil{k}')
+        open(path, 'w').close()
+        os.remove(path)
+    try:
+        os.setxattr(folder, 'user.answer', b'3')
+    except OSError:
+        pass
+for _ in range(50):
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+print(3)
+"""
 
 
 FORGE = r"""
@@ -328,6 +476,33 @@ print('FOUND' if found else 'not found', found[:5])
 """
 
 
+class MemoryWatch:
+    """The largest drop of the machine's available memory (MemAvailable) below its level at the start,
+    sampled every 5 ms until stop() (MiB)."""
+
+    def __init__(self):
+        self.start, self.lowest, self.done = self.available(), None, threading.Event()
+        self.lowest = self.start
+        self.thread = threading.Thread(target=self.poll, daemon=True)
+        self.thread.start()
+
+    @staticmethod
+    def available():
+        for line in open("/proc/meminfo"):
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / 1024
+
+    def poll(self):
+        while not self.done.is_set():
+            self.lowest = min(self.lowest, self.available())
+            time.sleep(0.005)
+
+    def stop(self):
+        self.done.set()
+        self.thread.join()
+        return self.start - self.lowest
+
+
 def leftover_processes(as_user) -> list[str]:
     """Processes still running under a sandbox uid, or with --as-user under that uid but this harness
     (there must be none once the sandboxes are closed). Processes that are already dying (the last of a
@@ -453,15 +628,26 @@ def main():
     sum_tests = {"inputs": ["2 2\n"], "outputs": ["4\n"]}
     for name, (program, tests) in progs.items():
         start = time.monotonic()
+        watch = MemoryWatch() if name == "memory_together" else None
         # Each hostile job is followed by two well-behaved ones in the same batch (same sandbox worker),
         # one right and one wrong: the sandbox must still judge both correctly afterwards.
         batch = sandbox.run_batch([(program, tests), (SUM, sum_tests), ("print(0)\n", sum_tests)],
-                                  timeout_s=8.0 if name == "hunt_expected" else TIMEOUT, total_timeout_s=30,
+                                  timeout_s={"hunt_expected": 8.0, "memory_together": 4.0}.get(name, TIMEOUT),
+                                  total_timeout_s=30,
                                   workers=1, isolation=args.isolation, memory_mb=256)
         out[name] = {"results": [r.to_dict() for r in batch[0]], "after": [r.to_dict() for r in batch[1]],
                      "after_wrong": [r.to_dict() for r in batch[2]],
                      "elapsed_s": time.monotonic() - start, "leftover": leftover_processes(args.as_user)}
+        if watch is not None:
+            out[name]["memory_drop_mb"] = watch.stop()
+    for name, jobs in sequences().items():
+        start = time.monotonic()
+        batch = sandbox.run_batch(jobs, timeout_s=TIMEOUT, total_timeout_s=30, workers=1, isolation=args.isolation,
+                                  memory_mb=256)
+        out[name] = {"jobs": [[r.to_dict() for r in results] for results in batch],
+                     "elapsed_s": time.monotonic() - start, "leftover": leftover_processes(args.as_user)}
     out["cli_hunt"] = run_cli_hunt(args.isolation, marker)
+    out["_cgroup"] = sandbox.cgroup_support()[0]
     stop.set()
     out["_secret"] = secret
     out["_connections"] = len(connections)

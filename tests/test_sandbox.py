@@ -2,6 +2,7 @@
 the comparison rules, the batch API and the CLI. Hostile programs: test_sandbox_hostile.py."""
 import concurrent.futures
 import json
+import os
 import subprocess
 import sys
 import time
@@ -92,16 +93,18 @@ def test_modules_a_program_imports_are_imported_once_per_program(isolation):
     # (relative imports are skipped; `this` only prints, so it is left to the program)
     [r] = run_tests("import this\n", {"inputs": [""], "outputs": [""]}, isolation=isolation)
     assert r.stdout.startswith("The Zen of Python")
-    # A test that leaves a process behind stops the copy (only the runner may kill every sandbox
-    # process); the runner kills it and runs the rest itself. A program that kills the copy costs
-    # that one test.
+    # With job namespaces (bubblewrap; process mode as root) the job's tests run under a process that is
+    # pid 1 of their namespace: no test can kill it, and what a test leaves behind is killed before the
+    # next one. Otherwise (the unsafe process mode) a test that leaves a process behind stops the copy
+    # the tests fork from, the runner kills it and runs the rest itself, and a program that kills the copy
+    # costs that one test.
     program = ("import fractions, os, signal, time\nline = input()\nif line == 'daemon' and os.fork() == 0:\n"
                "    os.setsid()\n    time.sleep(100)\nif line == 'kill':\n    os.kill(os.getppid(), signal.SIGKILL)\n"
                "print(line)\n")
     inputs = ["a\n", "daemon\n", "b\n", "kill\n", "c\n", "daemon\n", "d\n"]
     with Sandbox(Limits(timeout_s=2), isolation) as sb:
         results = sb.run(program, {"inputs": inputs, "outputs": inputs})
-        if sb.namespaces:  # process mode as root: the runner is pid 1 of its namespace, which no test can kill
+        if sb.isolation == "bwrap" or sb.namespaces:
             assert [r.status for r in results] == ["passed"] * 7 and sb.restarts == 0, results
         else:
             assert [r.status for r in results] == ["passed"] * 3 + ["runtime_error"] + ["passed"] * 3, results
@@ -267,20 +270,24 @@ def test_sandbox_object_survives_many_programs(isolation):
         for i in range(5):
             assert all(r.passed for r in sb.run(READERS["input"], SUM_TESTS))
             assert not sb.run("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n", SUM_TESTS)[0].passed
-        assert sb.restarts == 0 if sb.namespaces else sb.restarts >= 5  # (namespaces: the runner is unkillable)
+        # (job namespaces: a test's parent is pid 1 of its namespace, which ignores its SIGKILL)
+        assert sb.restarts == 0 if sb.isolation == "bwrap" or sb.namespaces else sb.restarts >= 5
 
 
 def test_a_runner_killed_mid_program_costs_exactly_that_test(isolation):
     # Reports are appended to a file the grader reads once per job: those written before the runner
-    # died must still count, and the death must be charged to the test that caused it.
-    # (fractions is not preloaded: the tests run in a copy of the runner made for this program, which a
-    # test can kill in every mode; the runner itself is pid 1 of its namespace in process mode as root.)
-    program = ("import fractions, os, signal\nline = input()\nif line == 'kill':\n"
-               "    os.kill(os.getppid(), signal.SIGKILL)\nprint(line)\n")
-    inputs = ["a\n", "b\n", "kill\n", "c\n", "d\n"]
-    with Sandbox(Limits(timeout_s=2), isolation) as sb:
+    # died must still count, and the death must be charged to the test it died in. (No test can kill the
+    # runner in these modes; the kernel's OOM killer can. Here it is killed from outside during test 2.)
+    import threading
+    program = "import time\nline = input()\nif line == 'slow':\n    time.sleep(3)\nprint(line)\n"
+    inputs = ["a\n", "b\n", "slow\n", "c\n", "d\n"]
+    with Sandbox(Limits(timeout_s=5), isolation) as sb:
+        sb.run("print(1)\n", {"inputs": [""], "outputs": ["1\n"]})  # the runner is up
+        killer = threading.Timer(1.5, lambda: sb._proc.kill())
+        killer.start()
         results = sb.run(program, {"inputs": inputs, "outputs": inputs})
-        assert [r.status for r in results] == ["passed", "passed", "runtime_error", "passed", "passed"]
+        killer.join()
+        assert [r.status for r in results] == ["passed", "passed", "runtime_error", "passed", "passed"], results
         assert "killed its sandbox" in results[2].detail and sb.restarts == 1
 
 
@@ -372,10 +379,10 @@ def test_a_grader_failure_on_one_job_never_loses_the_others(monkeypatch):
     import cobalt_min.sandbox as sandbox_module
     real_grade = sandbox_module.grade_test
 
-    def grade_that_fails_on_seven(report, expected, *args):
+    def grade_that_fails_on_seven(report, expected, *args, **kwargs):
         if report["stdout"] == "7\n":
             raise RuntimeError("a bug in the grader")
-        return real_grade(report, expected, *args)
+        return real_grade(report, expected, *args, **kwargs)
 
     monkeypatch.setattr(sandbox_module, "grade_test", grade_that_fails_on_seven)
     jobs = [(READERS["input"], SUM_TESTS), ("print(7)\n", SUM_TESTS), (READERS["input"], SUM_TESTS)]
@@ -392,7 +399,13 @@ def test_numbers_never_compare_as_overflowed_floats():
     assert stdout_matches(huge + "\n", huge + "\n", float_tol=1e-6)
     assert not stdout_matches("nan\n", "nan\n".replace("nan", "1e999"), float_tol=1e-6)
     assert not stdout_matches("1000000001\n", "1000000000\n", float_tol=1e-6)  # integers compare exactly
-    assert stdout_matches("1000000000.0000001\n", "1000000000\n", float_tol=1e-6)
+    # An integer expected demands that integer, whatever the tolerance (a float within it is not it).
+    assert not stdout_matches("1000000000.0000001\n", "1000000000\n", float_tol=1e-6)
+    assert not stdout_matches("1000000500.0\n", "1000000007\n", float_tol=1e-6)
+    assert not stdout_matches("1000000007.0\n", "1000000007\n", float_tol=1e-6)  # printed as an integer
+    assert stdout_matches("+7 0.5000001\n", "7 0.5\n", float_tol=1e-6)
+    assert not value_matches(1000000500.0, 1000000007, float_tol=1e-6) and value_matches(3.0, 3, float_tol=1e-6)
+    assert value_matches(2.5000001, 2.5, float_tol=1e-6) and value_matches(3, 3.0000001, float_tol=1e-6)
     assert not stdout_matches("9" * 5000 + "\n", "9" * 4999 + "8\n", float_tol=1e-6)  # past int()'s digit limit
     assert not value_matches(float("inf"), float("inf")) and not value_matches(float("inf"), 10 ** 400, float_tol=1e-6)
     assert not value_matches(10 ** 400, 1e300, float_tol=1e-6)  # no OverflowError
@@ -484,3 +497,46 @@ def test_the_programs_folder_holds_nothing_but_their_files(isolation):
     program = "import os\nprint(sorted(os.listdir('.')))\nopen('mine.txt', 'w').write('x')\n"
     results = run_tests(program, {"inputs": ["", ""], "outputs": ["[]\n", "[]\n"]}, isolation=isolation)
     assert [r.status for r in results] == ["passed", "passed"], results
+
+
+def test_a_frozen_runner_never_blocks_the_grader(isolation):
+    # A runner stopped (SIGSTOP) while the grader sends it a job bigger than a pipe holds: the send has a
+    # deadline, the test is charged, the runner replaced, and the next program judged as usual.
+    import signal
+    import threading
+    big = "x = 1\n" + "#" * 300_000 + "\nprint(input())\n"
+    done = []
+
+    def judge():  # (in a thread: a grader that blocks fails this test instead of hanging it)
+        with Sandbox(Limits(timeout_s=1.0), isolation) as sb:
+            assert sb.run("print(1)\n", {"inputs": [""], "outputs": ["1\n"]})[0].passed
+            launcher = sb._proc.pid  # the runner is its only child (bubblewrap, or process mode's outer half)
+            children = open(f"/proc/{launcher}/task/{launcher}/children").read().split()
+            os.kill(int(children[0]), signal.SIGSTOP)
+            results = sb.run(big, {"inputs": ["a\n", "b\n"], "outputs": ["a\n", "b\n"]})
+            done.append((results, sb.restarts, sb.run("print(2)\n", {"inputs": [""], "outputs": ["2\n"]})))
+    thread = threading.Thread(target=judge, daemon=True)
+    thread.start()
+    thread.join(30)
+    assert done, "the grader blocked on a frozen runner"
+    results, restarts, after = done[0]
+    assert results[0].status == "timeout" and results[1].passed and restarts == 1, results
+    assert after[0].passed, after
+
+
+def test_programs_still_get_keyboard_interrupt(isolation):
+    # The process that runs the tests ignores SIGINT (it is pid 1 of its namespace); the programs keep
+    # Python's KeyboardInterrupt, as under `python solution.py`.
+    program = ("import os, signal, time\ntry:\n    os.kill(os.getpid(), signal.SIGINT)\n    time.sleep(1)\n"
+               "    print('none')\nexcept KeyboardInterrupt:\n    print('interrupted')\n")
+    [r] = run_tests(program, {"inputs": [""], "outputs": ["interrupted\n"]}, isolation=isolation)
+    assert r.passed, r
+
+
+def test_the_measured_time_decides_a_timeout():
+    # Whatever the runner's report says, a test that ran longer than its limit is a timeout (grader side).
+    from cobalt_min.sandbox import grade_test
+    report = {"stdout": "3\n", "stderr": "", "exit": 0, "timed_out": False, "output_limited": False, "time_s": 2.5}
+    assert grade_test(report, "3\n", None).passed
+    assert grade_test(report, "3\n", None, timeout_s=2.0).status == "timeout"
+    assert grade_test(dict(report, time_s=1.9), "3\n", None, timeout_s=2.0).passed

@@ -197,3 +197,55 @@ def test_no_state_survives_in_the_kernel_keyring(hostile):
     results = run["keyring_cache"]["results"]
     assert [r["stdout"] for r in results] == ["blocked\n", "absent\n"], results
     _check_contained(run, "keyring_cache")
+
+
+# ----------------------------------------------------------------------------- the second red team
+
+
+def test_a_test_that_stops_its_clock_still_times_out(hostile):
+    # It stops its parent (and pid 1), works past its limit, prints the right answer, and has a helper
+    # resume the parent: whatever it stopped, the measured time decides.
+    run, _ = hostile
+    assert _statuses(run, "stop_the_clock") == ["timeout", "timeout"], run["stop_the_clock"]["results"]
+    _check_contained(run, "stop_the_clock", n_tests=2)
+
+
+def test_memory_is_bounded_for_all_processes_of_a_test_together(hostile):
+    # 8 processes x 90 MiB, each under the 256 MiB per-process limit, 720 MiB together. With a cgroup
+    # (root here) the test ends memory_limit and the machine's available memory never drops by more than
+    # the limit + the sandbox's slack (+ 40 MiB for the rest of the machine); without one (no delegated
+    # cgroup for a non-root grader) the per-process limit is all there is, as README says.
+    run, _ = hostile
+    case = run["memory_together"]
+    slack = 256 + sandbox.CGROUP_SLACK_MB + 40
+    if run["_cgroup"]:
+        assert _statuses(run, "memory_together") == ["memory_limit"], case["results"]
+        assert case["memory_drop_mb"] < slack, case["memory_drop_mb"]
+    else:
+        assert _statuses(run, "memory_together") == ["passed"] and case["memory_drop_mb"] > slack
+    _check_contained(run, "memory_together", n_tests=4)  # (its timeout is 4 s: writing 720 MiB takes a while)
+
+
+def test_the_test_runner_cannot_be_reached_or_interrupted(hostile):
+    run, _ = hostile
+    assert _statuses(run, "reach_pid_1") == ["passed"], run["reach_pid_1"]["results"]
+    assert _statuses(run, "interrupt_pid_1") == ["passed", "passed"], run["interrupt_pid_1"]["results"]
+    _check_contained(run, "reach_pid_1", n_tests=1)
+
+
+def test_a_leftover_writer_cannot_hand_answers_to_the_next_program(hostile):
+    run, _ = hostile
+    first, *later = run["leftover_writer"]["jobs"]
+    assert [r["status"] for r in first] == ["passed"]
+    for results in later:
+        assert [(r["status"], r["stdout"]) for r in results] == [("wrong_answer", "none\n")], later
+    assert run["leftover_writer"]["leftover"] == []
+
+
+def test_counters_and_attributes_carry_nothing_between_programs(hostile):
+    # Inode numbers of new files (scratch folder, /dev/shm), pid numbers, extended attributes: a program
+    # sees the same whatever the one before it did.
+    run, _ = hostile
+    before, spoil, after = run["side_channels"]["jobs"]
+    assert before[0]["stdout"] == after[0]["stdout"], (before[0]["stdout"], after[0]["stdout"])
+    assert "no-xattr" in after[0]["stdout"]
