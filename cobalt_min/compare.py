@@ -1,0 +1,126 @@
+"""The comparison run's summary (compare.sh): the base model, COBALT and GRPO-MT on the same held-out
+problems, and what each training run cost per example.
+
+    python -m cobalt_min.compare compare_out      # writes compare_out/comparison.json and comparison.png
+
+Per method: held-out Pass@1 per turn with its standard error over problems, the paired change against
+the base model (Pass@1 averaged over turns, per problem), and from train.py's metrics.jsonl the cost of
+training: programs sampled online, wall seconds, generated tokens and sandbox seconds per program trained
+on and per problem. COBALT's offline collection (collect.py, by the base model) is reported apart: it is
+paid once, before training, and the paper counts training cost per example.
+"""
+
+import json
+import sys
+from pathlib import Path
+
+from cobalt_min.jsonl import read_jsonl
+from cobalt_min.metrics import paired_change, pass1_se_per_turn
+
+METHODS = {"base": "eval_base", "COBALT": "eval_cobalt", "GRPO-MT": "eval_grpo_mt"}
+TRAIN_RUNS = {"COBALT": "cobalt", "GRPO-MT": "grpo_mt"}
+
+
+def training_cost(metrics: list[dict]) -> dict:
+    """Totals of a training run (metrics.jsonl) and its cost per program trained on and per problem."""
+    total = {k: sum(m[k] for m in metrics) for k in ("step_s", "generate_s", "execute_s", "update_s", "logprob_s",
+                                                     "generated_tokens", "programs_trained", "programs_run", "problems")}
+    n, problems = max(total["programs_trained"], 1), max(total["problems"], 1)
+    return {"steps": len(metrics), **total, "s_per_program": total["step_s"] / n,
+            "tokens_per_program": total["generated_tokens"] / n, "sandbox_s_per_program": total["execute_s"] / n,
+            "s_per_problem": total["step_s"] / problems, "tokens_per_problem": total["generated_tokens"] / problems}
+
+
+def compare(out) -> dict:
+    """comparison.json's content from the runs in `out` (see the module docstring)."""
+    out = Path(out)
+    records = {name: read_jsonl(out / folder / "trajectories.jsonl") for name, folder in METHODS.items()}
+    summaries = {name: json.loads((out / folder / "summary.json").read_text()) for name, folder in METHODS.items()}
+    n_turns = len(summaries["base"]["pass@1"])
+    result = {"held_out_problems": len(records["base"]), "samples": summaries["base"].get("samples"), "methods": {}}
+    for name in METHODS:
+        entry = {"pass1_per_turn": summaries[name]["pass@1"],
+                 "pass1_se_per_turn": pass1_se_per_turn(records[name], n_turns)}
+        if name != "base":
+            entry["paired_change_vs_base"] = paired_change(records["base"], records[name], n_turns)
+            metrics = read_jsonl(out / TRAIN_RUNS[name] / "metrics.jsonl")
+            entry["training"] = training_cost(metrics)
+            entry["training"]["reward_per_step"] = [m["reward_mean"] for m in metrics]
+        result["methods"][name] = entry
+    stats = out / "collect" / "stats.json"
+    if stats.exists():
+        result["methods"]["COBALT"]["offline_collection"] = json.loads(stats.read_text())
+    a, b = (result["methods"][k]["training"]["s_per_program"] for k in ("COBALT", "GRPO-MT"))
+    result["cost_ratio_cobalt_over_grpo_mt_per_program"] = a / b if b else None
+    # the methods against each other, paired over problems (Pass@1 averaged over turns)
+    change = paired_change(records["GRPO-MT"], records["COBALT"], n_turns)
+    result["cobalt_minus_grpo_mt"] = {"change": change["change"], "se": change["se"]}
+    return result
+
+
+def plot(result: dict, path) -> bool:
+    """Pass@1 per turn of the three models with standard-error bars; seconds per program trained on."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 4), gridspec_kw={"width_ratios": [2, 1]})
+    for name, entry in result["methods"].items():
+        turns = range(len(entry["pass1_per_turn"]))
+        ax.errorbar(turns, entry["pass1_per_turn"], yerr=entry["pass1_se_per_turn"], marker="o", capsize=4, label=name)
+    ax.set_xlabel("turn")
+    ax.set_ylabel("held-out Pass@1 (%)")
+    ax.set_xticks(list(turns))
+    ax.set_ylim(0, 100)
+    ax.legend()
+    ax.set_title(f"{result['held_out_problems']} held-out problems (error bars: 1 s.e.)")
+    names = [n for n in result["methods"] if "training" in result["methods"][n]]
+    bx.bar(names, [result["methods"][n]["training"]["s_per_program"] for n in names], color=["C1", "C2"])
+    bx.set_ylabel("seconds per program trained on")
+    bx.set_title("training cost")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def report(result: dict) -> str:
+    """The comparison as a few lines of text."""
+    lines = ["", "=" * 72, "COBALT vs GRPO-MT: held-out Pass@1 (%) per turn (standard error)", "=" * 72]
+    for name, entry in result["methods"].items():
+        cells = "  ".join(f"{p:5.1f} ({s:.1f})" for p, s in zip(entry["pass1_per_turn"], entry["pass1_se_per_turn"]))
+        lines.append(f"{name:8s} {cells}")
+    lines.append("")
+    for name in ("COBALT", "GRPO-MT"):
+        entry = result["methods"][name]
+        c, t = entry["paired_change_vs_base"], entry["training"]
+        lines.append(f"{name:8s} vs base: {c['change']:+.1f} points (s.e. {c['se']:.1f}; {c['improved']} problems "
+                     f"better, {c['worse']} worse); training: {t['programs_trained']} programs trained on, "
+                     f"{t['s_per_program']:.2f} s, {t['tokens_per_program']:.0f} tokens, "
+                     f"{t['sandbox_s_per_program']:.3f} sandbox s per program; {t['s_per_problem']:.1f} s per problem")
+    d = result["cobalt_minus_grpo_mt"]
+    lines.append(f"COBALT - GRPO-MT: {d['change']:+.1f} points (s.e. {d['se']:.1f}); COBALT's cost per program is "
+                 f"{result['cost_ratio_cobalt_over_grpo_mt_per_program']:.2f}x GRPO-MT's")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        raise SystemExit("usage: python -m cobalt_min.compare COMPARE_OUT_DIR")
+    out = Path(argv[0])
+    missing = [str(out / f / "summary.json") for f in METHODS.values() if not (out / f / "summary.json").exists()]
+    missing += [str(out / f / "metrics.jsonl") for f in TRAIN_RUNS.values() if not (out / f / "metrics.jsonl").exists()]
+    if missing:
+        raise SystemExit(f"error: {out} is not a finished comparison run (compare.sh): missing {', '.join(missing)}")
+    result = compare(out)
+    (out / "comparison.json").write_text(json.dumps(result, indent=2))
+    drew = plot(result, out / "comparison.png")
+    print(report(result))
+    print(f"wrote {out / 'comparison.json'}" + (f" and {out / 'comparison.png'}" if drew else ""))
+
+
+if __name__ == "__main__":
+    main()

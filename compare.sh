@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The paper's comparison on a laptop CPU: the base model, COBALT and the online multi-turn baseline GRPO-MT,
+# the two trained from the same model with the same number of programs sampled online, evaluated on the
+# same held-out problems with the same seeds. SmolLM2-135M-Instruct on the demo's "very easy function"
+# problems (the demo's split). Run it with `make compare` (which creates .venv first). Sizes can be
+# overridden like the demo's, e.g.
+#   COMPARE_OUT=/tmp/c HELDOUT=2 TRAIN_PROBLEMS=4 SAMPLES=2 STEPS=2 GROUP=4 BATCH=2 bash compare.sh
+set -euo pipefail
+cd "$(dirname "$0")"
+PY=${PY:-.venv/bin/python}
+OUT=${COMPARE_OUT:-compare_out}
+DIFFICULTY=${DIFFICULTY:-very easy function}
+HELDOUT=${HELDOUT:-16}           # held-out problems (evaluation)
+TRAIN_PROBLEMS=${TRAIN_PROBLEMS:-30}  # training problems (COBALT's collection; GRPO-MT's rollouts)
+TURNS=${TURNS:-2}                # programs per conversation: collection, GRPO-MT rollouts, evaluation
+TRAJECTORIES=${TRAJECTORIES:-2}  # COBALT: trajectories per training problem (offline collection)
+SAMPLES=${SAMPLES:-4}            # samples per held-out problem (evaluation)
+STEPS=${STEPS:-8}                # COBALT's GRPO steps; GRPO-MT gets STEPS / TURNS (the same programs sampled)
+GROUP=${GROUP:-8}                # programs per context (COBALT), conversations per problem (GRPO-MT)
+BATCH=${BATCH:-4}                # contexts (COBALT) or problems (GRPO-MT) per step
+LR=${LR:-2e-5}
+TOKENS=${MAX_NEW_TOKENS:-128}
+MAX_PROMPT=${MAX_PROMPT:-600}    # COBALT: longer contexts are dropped
+SEED=${SEED:-0}
+MT_STEPS=$(( STEPS / TURNS > 0 ? STEPS / TURNS : 1 ))
+mkdir -p "$OUT"
+start=$(date +%s)
+
+echo "== 0. the model and the problems (the demo's split)"
+[ -f "$OUT/smollm2/config.json" ] || "$PY" -m cobalt_min.generation "$OUT/smollm2"
+MODEL="$OUT/smollm2"
+"$PY" -m cobalt_min.problems split demo --difficulty "$DIFFICULTY" --heldout "$HELDOUT" --seed "$SEED" \
+    --train-out "$OUT/train_problems.jsonl" --heldout-out "$OUT/heldout_problems.jsonl"
+head -n "$TRAIN_PROBLEMS" "$OUT/train_problems.jsonl" > "$OUT/train_subset.jsonl"  # (one problem per line)
+
+EVAL=(--problems "$OUT/heldout_problems.jsonl" --turns "$((TURNS - 1))" --samples "$SAMPLES" --max-new-tokens "$TOKENS"
+      --engine hf --batch-problems "$HELDOUT" --resume)
+TRAIN=(--group-size "$GROUP" --batch-size "$BATCH" --max-new-tokens "$TOKENS" --lr "$LR" --kl-coef 0 --mini-batches 1
+       --micro-batch-size "$GROUP" --seed "$SEED" --engine hf --resume)
+
+echo "== 1. the base model on the held-out problems"
+"$PY" evaluate.py --model "$MODEL" "${EVAL[@]}" --out "$OUT/eval_base"
+
+echo "== 2. COBALT: offline trajectories of the base model, then $STEPS steps of one program per context"
+"$PY" collect.py --model "$MODEL" --problems "$OUT/train_subset.jsonl" --trajectories "$TRAJECTORIES" --turns "$TURNS" \
+    --max-new-tokens "$TOKENS" --engine hf --batch-problems "$TRAIN_PROBLEMS" --out "$OUT/collect" --resume
+[ -f "$OUT/cobalt/final/config.json" ] || \
+    "$PY" train.py --method cobalt --model "$MODEL" --contexts "$OUT/collect/contexts.jsonl" --max-steps "$STEPS" \
+        --max-prompt-tokens "$MAX_PROMPT" --save-every "$STEPS" "${TRAIN[@]}" --out "$OUT/cobalt"
+"$PY" evaluate.py --model "$OUT/cobalt/final" "${EVAL[@]}" --out "$OUT/eval_cobalt"
+
+echo "== 3. GRPO-MT: $MT_STEPS steps of $GROUP whole $TURNS-program conversations per problem (the same programs sampled)"
+[ -f "$OUT/grpo_mt/final/config.json" ] || \
+    "$PY" train.py --method grpo-mt --model "$MODEL" --problems "$OUT/train_subset.jsonl" --turns "$TURNS" \
+        --max-steps "$MT_STEPS" --save-every "$MT_STEPS" "${TRAIN[@]}" --out "$OUT/grpo_mt"
+"$PY" evaluate.py --model "$OUT/grpo_mt/final" "${EVAL[@]}" --out "$OUT/eval_grpo_mt"
+
+echo "== 4. the comparison"
+"$PY" -m cobalt_min.compare "$OUT"
+"$PY" -m cobalt_min.report "$OUT/eval_base" "$OUT/eval_cobalt" "$OUT/eval_grpo_mt" "$OUT/cobalt" "$OUT/grpo_mt" \
+    --out "$OUT/report.html" --title "COBALT vs GRPO-MT: SmolLM2-135M-Instruct on held-out problems"
+echo "compare run time: $(( ($(date +%s) - start) / 60 )) min $(( ($(date +%s) - start) % 60 )) s"
