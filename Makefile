@@ -31,7 +31,7 @@ $(VLLM_VENV)/bin/.installed: requirements.txt Makefile
 test-vllm-cpu: $(VLLM_VENV)/bin/.installed
 	COBALT_REQUIRE_VLLM=cpu VLLM_CPU_CI_ENV=1 $(VLLM_VENV)/bin/python -m pytest -q tests/test_vllm_cpu.py
 
-# The whole suite (about 9 minutes on 2 cores). Hostile-program tests need root, unshare and bwrap.
+# The whole suite (about 12-15 minutes on an idle 2-core machine). Hostile-program tests need root, unshare and bwrap.
 # pytest's exit code 5 ("no tests collected", e.g. a -k filter matching nothing) is not a failure.
 test: setup
 	$(BIN)/python -m pytest -q tests; rc=$$?; [ $$rc -eq 5 ] && echo "pytest: no tests collected"; \

@@ -1,4 +1,4 @@
-"""Offline trajectory collection (COBALT stage 1, paper §4).
+r"""Offline trajectory collection (COBALT stage 1, paper §4).
 
 A reference model writes `--trajectories` first-turn programs per problem and continues each for
 `--turns` programs in all, with public-test feedback between them. The raw trajectories are written
@@ -25,6 +25,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from cobalt_min import cli
 from cobalt_min.generation import find_smollm2_gguf, make_engine
 from cobalt_min.jsonl import append_jsonl, read_jsonl, write_jsonl
 from cobalt_min.problems import load_problems
@@ -37,37 +38,42 @@ from cobalt_min.trajectories import PROMPT_BUDGET, build_contexts
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     g = ap.add_argument_group("model")
-    g.add_argument("--model", default=None, help="reference model: hub id, folder, .gguf file or 'smollm2'")
+    g.add_argument("--model", type=cli.source, default=None,
+                   help="reference model: hub id, folder, .gguf file or 'smollm2'")
     g.add_argument("--engine", default="auto", choices=["auto", "vllm", "hf"], help="default auto")
     g.add_argument("--thinking", action="store_true", help="thinking model (template mode, history after </think>)")
     g.add_argument("--dtype", default="auto")
-    g.add_argument("--batch-size", type=int, default=64, help="transformers engine: sequences per generate call")
-    g.add_argument("--tensor-parallel-size", type=int, default=1)
-    g.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    g.add_argument("--gen-batch-size", type=cli.count, default=64,
+                   help="transformers engine: sequences per generate call (default 64)")
+    cli.renamed(g, "--batch-size", "is now --gen-batch-size (train.py's --batch-size counts contexts per step)")
+    g.add_argument("--tensor-parallel-size", type=cli.count, default=1)
+    g.add_argument("--gpu-memory-utilization", type=cli.probability, default=0.9)
     g = ap.add_argument_group("problems")
-    g.add_argument("--problems", default=None, help="'demo', a file/folder, or a hub dataset id")
+    g.add_argument("--problems", type=cli.source, default=None, help="'demo', a file/folder, or a hub dataset id")
     g.add_argument("--problem-split", default=None, help="split of the problem source to read")
-    g.add_argument("--limit", type=int, default=None, help="first K problems only")
+    g.add_argument("--limit", type=cli.count, default=None, help="first K problems only")
     g = ap.add_argument_group("collection (paper §4 defaults)")
-    g.add_argument("--trajectories", type=int, default=16, help="trajectories per problem (default 16)")
-    g.add_argument("--turns", type=int, default=3, help="programs per trajectory, feedback between them (default 3)")
-    g.add_argument("--temperature", type=float, default=0.6, help="default 0.6")
-    g.add_argument("--top-p", type=float, default=0.95, help="default 0.95")
-    g.add_argument("--max-new-tokens", type=int, default=8192, help="default 8192")
+    g.add_argument("--trajectories", type=cli.count, default=16, help="trajectories per problem (default 16)")
+    g.add_argument("--turns", type=cli.count, default=3,
+                   help="programs per trajectory, feedback between them (default 3)")
+    g.add_argument("--temperature", type=cli.non_negative, default=0.6, help="default 0.6")
+    g.add_argument("--top-p", type=cli.probability, default=0.95, help="default 0.95")
+    g.add_argument("--max-new-tokens", type=cli.count, default=8192, help="default 8192")
     g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--timeout", type=float, default=4.0, help="seconds per test (default 4)")
-    g.add_argument("--workers", type=int, default=None, help="sandbox workers (default: one per CPU)")
-    g.add_argument("--batch-problems", type=int, default=8, help="problems rolled out together (default 8)")
+    g.add_argument("--timeout", type=cli.positive, default=4.0, help="seconds per test (default 4)")
+    g.add_argument("--workers", type=cli.count, default=None, help="sandbox workers (default: one per CPU)")
+    g.add_argument("--batch-problems", type=cli.count, default=8, help="problems rolled out together (default 8)")
     g = ap.add_argument_group("contexts (paper §4 defaults)")
     g.add_argument("--split", default="train", choices=["train", "validation"],
                    help="train: keep diff > 0 and max == 1, down-sample to --m; validation: the one trajectory "
                         "with the smallest diff > 0 (default train)")
-    g.add_argument("--m", type=int, default=4, help="trajectories kept per problem (default 4)")
-    g.add_argument("--prompt-budget", type=int, default=PROMPT_BUDGET, help="max context tokens (default 10000)")
-    g.add_argument("--tokenizer", default=None, help="tokenizer for the budget (default: --model; the policy's)")
+    g.add_argument("--m", type=cli.count, default=4, help="trajectories kept per problem (default 4)")
+    g.add_argument("--prompt-budget", type=cli.count, default=PROMPT_BUDGET, help="max context tokens (default 10000)")
+    g.add_argument("--tokenizer", type=cli.source, default=None,
+                   help="tokenizer for the budget (default: --model; the policy's)")
     g.add_argument("--process-only", action="store_true", help="only rebuild contexts from DIR/raw.jsonl")
     g = ap.add_argument_group("output")
-    g.add_argument("--out", required=True, help="output folder")
+    g.add_argument("--out", type=cli.output_folder, required=True, help="output folder")
     g.add_argument("--resume", action="store_true", help="continue DIR/raw.jsonl, skipping finished problems")
     return ap.parse_args(argv)
 
@@ -86,8 +92,18 @@ def token_counter(path: str, thinking: bool):
     return lambda messages: len(chat_prompt_ids(tok, messages, thinking))
 
 
+# What decides the trajectories a collection writes: a --resume must keep them (cli.record_settings).
+SETTINGS = ("model", "thinking", "problems", "problem_split", "limit", "trajectories", "turns", "temperature", "top_p",
+            "max_new_tokens", "seed", "timeout")
+
+
 def main(argv=None):
     args = parse_args(argv)
+    with cli.interrupt_message("every finished problem is in --out's raw.jsonl", cli.command_line()):
+        collect(args)
+
+
+def collect(args):
     print("collect.py", " ".join(f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items()), file=sys.stderr)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -101,6 +117,7 @@ def main(argv=None):
         require_safe_sandbox()
         if raw_path.exists() and raw_path.stat().st_size and not args.resume:
             raise SystemExit(f"error: {raw_path} exists: pass --resume to continue it, or --process-only")
+        cli.record_settings(out, args, SETTINGS, args.resume)
         problems = load_problems(args.problems, split=args.problem_split, limit=args.limit)
         done = {r["problem_id"] for r in read_jsonl(raw_path, repair=True)}
         todo_ids = {p.id for p in problems} - done
@@ -108,14 +125,14 @@ def main(argv=None):
             print(f"resuming: {len(done)} problems already collected, {len(todo_ids)} to go", file=sys.stderr)
         if todo_ids:
             engine = make_engine(args.engine, model, thinking=args.thinking, dtype=args.dtype,
-                                 batch_size=args.batch_size, tensor_parallel_size=args.tensor_parallel_size,
+                                 batch_size=args.gen_batch_size, tensor_parallel_size=args.tensor_parallel_size,
                                  gpu_memory_utilization=args.gpu_memory_utilization, seed=args.seed)
             bar = tqdm(total=len(problems), initial=len(problems) - len(todo_ids), desc="problems", unit="problem")
             for start in range(0, len(problems), args.batch_problems):
                 batch = [p for p in problems[start:start + args.batch_problems] if p.id in todo_ids]
                 if not batch:
                     continue
-                trajs, _ = rollout(batch, engine, samples=args.trajectories, turns=args.turns - 1,
+                trajs, _ = rollout(batch, engine, samples=args.trajectories, feedback_turns=args.turns - 1,
                                    temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
                                    seed=args.seed + 1000 * start, thinking=args.thinking, timeout_s=args.timeout,
                                    workers=args.workers)

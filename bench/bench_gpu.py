@@ -7,7 +7,8 @@
 Random-init models built from configs (no download): a Qwen3-0.6B-like and a Qwen3-8B-like model,
 vocabulary 151,936, bf16 weights, sdpa attention. Measured:
 - the bf16 matmul peak of this GPU (the MFU denominator);
-- train.py's update path: token_logprobs with grad (chunked LM head), reference log-probs,
+- train.py's update path: completion_logprobs with grad (LogprobModel's forward: chunked LM head),
+  reference log-probs,
   policy_loss, backward, AdamW step; gradient checkpointing for the 8B; prompt + completion lengths
   as in the paper (prompt 2-4k, completion 1-2k tokens). MFU counts 6 N T for the policy's forward
   and backward plus 2 N T for the reference forward (N = parameters without the input embedding,
@@ -79,24 +80,22 @@ def model_flops(model, batch, prompt, completion):
 
 def bench_update(name, device, vocab, batch, prompt, completion, checkpointing, repeats):
     from cobalt_min.grpo import policy_loss
-    from cobalt_min.logprobs import token_logprobs
+    from cobalt_min.logprobs import completion_logprobs, pack_groups
     model = build(name, device, vocab)
     if checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.config.use_cache = False
     ref = copy.deepcopy(model).eval().requires_grad_(False)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-6, weight_decay=0.01)
-    ids = torch.randint(0, vocab, (batch, prompt + completion), device=device)
-    att = torch.ones_like(ids)
-    comp = torch.zeros_like(ids)
-    comp[:, prompt:] = 1
+    ids = torch.randint(0, vocab, (batch, prompt + completion)).tolist()
+    rows = pack_groups([r[:prompt] for r in ids], [r[prompt:] for r in ids], list(range(batch)), 0, device=device)
     adv = torch.linspace(-1, 1, batch, device=device)
 
     def step():
         with torch.no_grad():
-            ref_logp = token_logprobs(ref, ids, att, comp)
-        logp = token_logprobs(model, ids, att, comp)
-        loss, _ = policy_loss(logp, logp.detach(), ref_logp, adv, comp)
+            ref_logp = completion_logprobs(ref, rows)
+        logp = completion_logprobs(model, rows)
+        loss, _ = policy_loss(logp, logp.detach(), ref_logp, adv, rows.completion_mask)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)

@@ -3,7 +3,8 @@
     python bench/bench_grpo.py                      # CPU: small Qwen3-like model with the real 151,936 vocabulary
     python bench/bench_grpo.py --device cuda --hidden 1024 --layers 28 --batch 8 --prompt 2048 --completion 1024
 
-1. token_logprobs (chunked LM head, completion positions only) vs the naive full float32 log-softmax:
+1. completion_logprobs, train.py's (chunked LM head, completion positions only) vs the naive full float32
+   log-softmax:
    time and peak memory of forward + backward. Target: <= 1/3 of the naive peak memory.
 2. One training update as train.py does it (policy log-probs with grad, reference log-probs,
    policy_loss, backward, AdamW step) vs a bare forward + backward of the same model on the same
@@ -59,7 +60,7 @@ def peak_bytes(args, baseline):
 def measure(kind, args, queue):
     import torch
     from cobalt_min.grpo import policy_loss
-    from cobalt_min.logprobs import naive_token_logprobs, token_logprobs
+    from cobalt_min.logprobs import completion_logprobs, naive_token_logprobs, pack_groups
     torch.set_num_threads(args.threads)
     model, ids, att, comp = build(args)
     if args.device == "cuda":
@@ -67,10 +68,12 @@ def measure(kind, args, queue):
         torch.cuda.reset_peak_memory_stats()
     baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     weights = torch.randn(ids.shape, device=args.device)
+    rows = pack_groups([r[:args.prompt] for r in ids.tolist()], [r[args.prompt:] for r in ids.tolist()],
+                       list(range(ids.shape[0])), 0, device=args.device)  # prompt + completion, as train.py packs them
 
     def once():
         if kind == "chunked":
-            (token_logprobs(model, ids, att, comp, chunk_tokens=args.chunk) * weights).sum().backward()
+            (completion_logprobs(model, rows, chunk_tokens=args.chunk) * weights[:, args.prompt:]).sum().backward()
         elif kind == "naive":
             (naive_token_logprobs(model, ids, att, comp) * weights).sum().backward()
         elif kind == "bare":  # what any fine-tuning step costs: HF forward with labels, backward
@@ -78,10 +81,10 @@ def measure(kind, args, queue):
             model(input_ids=ids, attention_mask=att, labels=labels).loss.backward()
         elif kind == "update":  # train.py's update: policy + reference log-probs, loss, backward, AdamW step
             with torch.no_grad():
-                ref_logp = token_logprobs(ref, ids, att, comp, chunk_tokens=args.chunk)
-            logp = token_logprobs(model, ids, att, comp, chunk_tokens=args.chunk)
+                ref_logp = completion_logprobs(ref, rows, chunk_tokens=args.chunk)
+            logp = completion_logprobs(model, rows, chunk_tokens=args.chunk)
             adv = torch.linspace(-1, 1, ids.shape[0], device=args.device)
-            loss, _ = policy_loss(logp, logp.detach(), ref_logp, adv, comp)
+            loss, _ = policy_loss(logp, logp.detach(), ref_logp, adv, rows.completion_mask)
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)

@@ -9,13 +9,23 @@ Nothing else is needed to continue exactly: the data order of a step is a functi
 the learning rate is constant. The frozen reference policy is not saved: it is the initial model.
 """
 
+import contextlib
 import json
 import shutil
+import warnings
 from pathlib import Path
 
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_state_dict,
                                                      set_state_dict)
+
+
+@contextlib.contextmanager
+def one_process_is_expected():
+    """torch.distributed.checkpoint warns that it saves "in a single process" when a run has one: expected."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        yield
 
 
 def checkpoints(out: Path) -> list[Path]:
@@ -30,7 +40,8 @@ def save_checkpoint(accelerator, model, optimizer, out: Path, step: int, epoch: 
     `keep` newest. train_state.json is written last: it marks the checkpoint complete."""
     folder = Path(out) / "checkpoints" / f"step_{step}"
     model_state, optimizer_state = get_state_dict(model, optimizer)
-    dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=str(folder))
+    with one_process_is_expected():
+        dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=str(folder))
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         (folder / "train_state.json").write_text(json.dumps({"step": step, "epoch": epoch}))
@@ -50,7 +61,8 @@ def resume(accelerator, model, optimizer, out: Path) -> tuple[int, Path | None]:
                          ".metadata file); start a new --out")
     model_state, optimizer_state = get_state_dict(model, optimizer)
     state = {"model": model_state, "optimizer": optimizer_state}
-    dcp.load(state, checkpoint_id=str(found[-1]))  # in place, each rank its own part
+    with one_process_is_expected():
+        dcp.load(state, checkpoint_id=str(found[-1]))  # in place, each rank its own part
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
     accelerator.wait_for_everyone()
     return json.loads((found[-1] / "train_state.json").read_text())["step"], found[-1]

@@ -303,11 +303,11 @@ class HFEngine:
         for extra_tokens more, attention mask (U, W), position of each last token (U,)).
 
         The layout is the left-padded batch (every prompt ends at column W - 1), computed with less work
-        and the same numbers: the prefix that all prompts share (the system prompt and the instructions:
-        most of a first-turn prompt) is run once, and the rest of each prompt in groups of similar length,
-        so that little padding is computed; the pieces are then put in place, the padding of each row
-        sitting between the shared prefix and its own tokens (attention masks it, positions skip it)."""
-        from transformers import DynamicCache
+        and the same numbers: (1) the prefix that all prompts share (the system prompt and the
+        instructions: most of a first-turn prompt) is run once; (2) the rest of each prompt runs in groups
+        of similar length, so that little padding is computed; (3) the pieces are put in place, the
+        padding of each row sitting between the shared prefix and its own tokens (attention masks it,
+        positions skip it)."""
         from transformers.cache_utils import DynamicLayer
         lengths = [len(p) for p in prompts]
         shared = _common_prefix_length(prompts) if len(prompts) > 1 else 0
@@ -321,21 +321,39 @@ class HFEngine:
         positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (U, W): real tokens count from 0
         cache = roomy_cache(self.model.config, extra_tokens)
         if not all(isinstance(layer, DynamicLayer) and not layer.is_sliding for layer in cache.layers):
-            # another kind of cache layer (sliding windows): the plain left-padded batch, all at once
-            ids = torch.full((len(prompts), width), self.tokenizer.pad_token_id, dtype=torch.long)
-            for u, p in enumerate(prompts):
-                ids[u, width - len(p):] = torch.tensor(p)
-            logits = self.model(input_ids=ids.to(self.device), attention_mask=mask, position_ids=positions,
-                                use_cache=True, logits_to_keep=1, **{self._cache_arg: cache}).logits[:, -1]
-            return logits, {self._cache_arg: cache}, mask, positions[:, -1]
-        prefix = None
-        if shared:
-            prefix_cache = DynamicCache(config=self.model.config)
-            self.model(input_ids=torch.tensor([prompts[0][:shared]], device=self.device), use_cache=True,
-                       logits_to_keep=1, **{self._cache_arg: prefix_cache})
-            prefix = [(layer.keys, layer.values) for layer in prefix_cache.layers]  # (1, H, shared, D) each
-        keys = values = None  # per layer: (U, H, W, D), the assembled left-padded cache
-        logits = None
+            return self._prefill_left_padded(prompts, mask, positions, cache)  # (sliding windows: all at once)
+        prefix = self._prefix_kv(prompts[0][:shared]) if shared else None  # (1)
+        logits, keys, values = self._groups_kv(prompts, lengths, shared, width, mask, positions, prefix)  # (2)
+        for layer, k, v, pre in zip(cache.layers, keys, values, prefix or [None] * len(keys)):  # (3)
+            if pre is not None:
+                k[:, :, :shared], v[:, :, :shared] = pre[0], pre[1]
+            layer.update(k, v)
+        return logits, {self._cache_arg: cache}, mask, positions[:, -1]
+
+    def _prefill_left_padded(self, prompts, mask, positions, cache):
+        """The plain left-padded batch in one forward (for caches with sliding-window layers)."""
+        width = mask.shape[1]
+        ids = torch.full((len(prompts), width), self.tokenizer.pad_token_id, dtype=torch.long)
+        for u, p in enumerate(prompts):
+            ids[u, width - len(p):] = torch.tensor(p)
+        logits = self.model(input_ids=ids.to(self.device), attention_mask=mask, position_ids=positions,
+                            use_cache=True, logits_to_keep=1, **{self._cache_arg: cache}).logits[:, -1]
+        return logits, {self._cache_arg: cache}, mask, positions[:, -1]
+
+    def _prefix_kv(self, prefix: list[int]) -> list:
+        """Keys and values of the shared prefix, per layer: [(k, v)], each (1, H, len(prefix), D)."""
+        from transformers import DynamicCache
+        prefix_cache = DynamicCache(config=self.model.config)
+        self.model(input_ids=torch.tensor([prefix], device=self.device), use_cache=True, logits_to_keep=1,
+                   **{self._cache_arg: prefix_cache})
+        return [(layer.keys, layer.values) for layer in prefix_cache.layers]
+
+    def _groups_kv(self, prompts, lengths, shared, width, mask, positions, prefix):
+        """Run each prompt's own tokens (after the shared prefix) in groups of PREFILL_GROUP prompts of
+        similar length, attending to the prefix: (last-token logits (U, V), per layer the keys and values
+        laid out as the left-padded batch (U, H, W, D), the prefix columns still empty)."""
+        from transformers import DynamicCache
+        keys = values = logits = None
         order = sorted(range(len(prompts)), key=lambda u: lengths[u])
         for start in range(0, len(order), PREFILL_GROUP):
             group = order[start:start + PREFILL_GROUP]
@@ -361,11 +379,7 @@ class HFEngine:
             for layer, k, v in zip(group_cache.layers, keys, values):
                 k[index, :, width - w:] = layer.keys[:, :, shared:]
                 v[index, :, width - w:] = layer.values[:, :, shared:]
-        for layer, k, v, pre in zip(cache.layers, keys, values, prefix or [None] * len(keys)):
-            if pre is not None:
-                k[:, :, :shared], v[:, :, :shared] = pre[0], pre[1]
-            layer.update(k, v)
-        return logits, {self._cache_arg: cache}, mask, positions[:, -1]
+        return logits, keys, values
 
     def _completion(self, tokens: list[int]) -> Completion:
         """A completion ends with EOS when the model stopped by itself."""

@@ -19,18 +19,16 @@ import torch
 # ----------------------------------------------------------------------------- advantages
 
 
-def group_advantages(rewards: torch.Tensor, eps: float = 1e-6, scale: bool = True) -> torch.Tensor:
+def group_advantages(rewards: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """rewards (P, G): P prompts (contexts), G samples each -> advantages (P, G).
 
-    (r - group mean) / (group std + eps), std unbiased as torch.std. A group whose rewards are all
-    equal carries no learning signal and gets 0 (also for G = 1, where the std is undefined).
-    scale=False keeps only the mean baseline (Dr. GRPO's choice; not the paper's)."""
+    (r - group mean) / (group std + eps): each program against the mean of all G programs of its group,
+    itself included (not a leave-one-out baseline), std unbiased as torch.std. A group whose rewards are
+    all equal carries no learning signal and gets 0 (also for G = 1, where the std is undefined)."""
     rewards = rewards.float()
     centred = rewards - rewards.mean(dim=1, keepdim=True)
     if rewards.shape[1] < 2:
         return torch.zeros_like(rewards)
-    if not scale:
-        return centred
     std = rewards.std(dim=1, keepdim=True)  # unbiased (divides by G - 1)
     adv = centred / (std + eps)
     return torch.where(std > 0, adv, torch.zeros_like(adv))
@@ -121,6 +119,5 @@ def policy_loss(logp, old_logp, ref_logp, advantages, mask, *, clip_low: float =
             "clip_frac_dual": (dual & m).sum().item() / n_tok.item(),
             "ratio": (ratio * mask_f).sum().item() / n_tok.item(),
             "kl": (kl * mask_f).sum().item() / n_tok.item() if kl is not None else 0.0,
-            "pg_loss": (pg * mask_f).sum().item() / n_tok.item(),
         }
     return loss, metrics

@@ -68,7 +68,7 @@ def advantages(rewards: torch.Tensor, credit: str, eps: float) -> torch.Tensor:
 def rollouts(problems: list, engine, args, seed: int, workers) -> tuple[list, dict]:
     """G conversations of T programs per problem with the current policy (rollout.rollout with tokens
     kept): (trajectories[b][g], timings {generate_s, execute_s})."""
-    return rollout(problems, engine, samples=args.group_size, turns=args.turns - 1, temperature=args.temperature,
+    return rollout(problems, engine, samples=args.group_size, feedback_turns=args.turns - 1, temperature=args.temperature,
                    top_p=args.top_p, max_new_tokens=args.max_new_tokens, seed=seed, thinking=args.thinking,
                    timeout_s=args.timeout, workers=workers, progress=False, keep_tokens=True)
 

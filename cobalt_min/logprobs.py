@@ -198,36 +198,11 @@ def _cache_argument(module) -> str:
 # ----------------------------------------------------------------------------- full sequences (the definition)
 
 
-def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, completion_mask: torch.Tensor,
-                   *, temperature: float = 1.0, chunk_tokens: int = 256) -> torch.Tensor:
-    """Log-probabilities of the completion tokens under a causal LM -> (B, T) float32.
-
-    input_ids, attention_mask, completion_mask: (B, T). Entry [b, t] is log p(input_ids[b, t] |
-    input_ids[b, :t]) where completion_mask[b, t] is 1, and 0 elsewhere. Only completion positions
-    go through the LM head (prompts are often longer than completions, and their logits are not
-    needed), in chunks of `chunk_tokens`, so the (B, T, V) logits and their float32 log-softmax are
-    never materialised (see _ChunkedTokenLogprob). Equals naive_token_logprobs.
-
-    `model` is a Hugging Face causal LM whose logits are lm_head(final hidden state) (Llama, Qwen,
-    Mistral, SmolLM, ...). train.py uses completion_logprobs, which computes the same numbers sharing
-    each prompt among its completions."""
-    if getattr(model.config, "final_logit_softcapping", None) or getattr(model.config, "logits_scaling", None):
-        raise ValueError(f"{type(model).__name__} post-processes its logits; use naive_token_logprobs")
-    hidden = model.get_decoder()(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (B, T, H)
-    # Position t is predicted from the hidden state at t - 1.
-    predict = completion_mask[:, 1:].bool()  # (B, T-1)
-    h = hidden[:, :-1][predict]  # (N, H), N = number of completion tokens
-    targets = input_ids[:, 1:][predict]  # (N,)
-    head = model.get_output_embeddings()
-    logp = _ChunkedTokenLogprob.apply(h, head.weight, head.bias, targets, float(temperature), int(chunk_tokens))
-    out = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
-    out[:, 1:] = out[:, 1:].masked_scatter(predict, logp)
-    return out
-
-
 def naive_token_logprobs(model, input_ids, attention_mask, completion_mask, *, temperature: float = 1.0):
-    """Reference: full logits, float32 log-softmax over the vocabulary, gather. Same layout as
-    token_logprobs. Memory: B x T x V floats (~9.7 GB for 8 x 2048 tokens at V = 151,936)."""
+    """The definition: full logits, float32 log-softmax over the vocabulary, gather -> (B, T): entry [b, t]
+    is log p(input_ids[b, t] | input_ids[b, :t]) where completion_mask[b, t] is 1, else 0 (pack_sequences
+    builds such rows). completion_logprobs computes the same numbers for train.py without the (B, T, V)
+    tensors. Memory: B x T x V floats (~9.7 GB for 8 x 2048 tokens at V = 151,936)."""
     logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1].float() / temperature
     logp = logits.log_softmax(-1).gather(-1, input_ids[:, 1:, None]).squeeze(-1)  # (B, T-1)
     out = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)

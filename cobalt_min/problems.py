@@ -5,7 +5,7 @@ paper's TACO cleaning, and the bundled demo set.
     problems = load_problems("data/taco_clean.jsonl")                  # our JSONL (or any supported file)
     problems = load_problems("BAAI/TACO", split="test")                # hub: downloads the data files
     problems = load_problems("livecodebench/code_generation_lite", version="v6")
-    python -m cobalt_min.problems clean --input BAAI/TACO --split train --out data/taco_clean.jsonl --dev-out data/taco_dev.jsonl
+    python -m cobalt_min.problems clean --input BAAI/TACO --problem-split train --out data/taco_clean.jsonl --dev-out data/taco_dev.jsonl
 
 Every test set is a TACO `input_output` dict ({"inputs", "outputs", "fn_name"?}) that the sandbox runs
 as is. Bad records are skipped and counted by reason; a report is printed (paper §8).
@@ -106,6 +106,8 @@ def _from_ours(row: dict, where: str) -> Problem:
     missing = {"id", "question", "public_tests", "hidden_tests"} - row.keys()
     if missing:
         raise BadRecord(f"missing fields {sorted(missing)}")
+    if not isinstance(row["question"], str):
+        raise BadRecord(f"the question must be a string, not {type(row['question']).__name__}")
     p = Problem(**{k: v for k, v in row.items() if k in fields})
     p.public_tests = _check_tests(p.public_tests, "public tests")
     p.hidden_tests = _check_tests(p.hidden_tests, "hidden tests")
@@ -369,7 +371,7 @@ def parse_rows(rows, format: str | None = None, *, public_count: int = PUBLIC_TE
     return out
 
 
-def report(source, problems, skipped) -> None:
+def print_summary(source, problems, skipped) -> None:
     """Print (to stderr) what was loaded and what was skipped, by reason."""
     print(f"loaded {len(problems)} problems from {source}", file=sys.stderr)
     for reason, n in skipped.most_common():
@@ -450,7 +452,7 @@ def load_problems(source, *, format: str | None = None, split: str | None = None
             problems = problems[:limit]
             break
     if verbose:
-        report(source, problems, skipped)
+        print_summary(source, problems, skipped)
     if not problems:
         reasons = "; ".join(f"{n} {r}" for r, n in skipped.most_common(3)) or "no records"
         raise SystemExit(f"error: no usable problem in {source} ({reasons})")
@@ -533,58 +535,33 @@ def clean_taco(problems: list[Problem], *, min_tests: int = 8, max_tests: int = 
     return out, dropped
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m cobalt_min.problems",
-                                 description="Problem-set tools. `clean`: the paper's TACO cleaning; "
-                                             "`show`: load any source and print a summary; `split`: split a set in two.")
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    c = sub.add_parser("clean", help="clean TACO as the paper does and write our JSONL")
-    c.add_argument("--input", required=True, help="TACO source: BAAI/TACO, a folder of .arrow shards, or rows")
-    c.add_argument("--split", default=None, help="split to read (train or test)")
-    c.add_argument("--out", required=True, help="output JSONL (the training set)")
-    c.add_argument("--dev-out", default=None, help="also write a dev split here (as TACO-Dev)")
-    c.add_argument("--dev-size", type=int, default=250, help="problems in the dev split (default 250)")
-    c.add_argument("--min-tests", type=int, default=8, help="drop problems with fewer tests (default 8)")
-    c.add_argument("--max-tests", type=int, default=20, help="keep at most this many tests (default 20)")
-    c.add_argument("--public", type=int, default=PUBLIC_TESTS, help="public tests per problem (default 4)")
-    c.add_argument("--max-solutions", type=int, default=16, help="reference solutions tried (default 16)")
-    c.add_argument("--limit", type=int, default=None, help="read at most this many problems")
-    c.add_argument("--workers", type=int, default=None, help="sandbox workers (default: one per CPU)")
-    c.add_argument("--seed", type=int, default=0)
-    s = sub.add_parser("show", help="load a source and print counts")
-    s.add_argument("source")
-    s.add_argument("--format", default=None, choices=sorted(PARSERS))
-    s.add_argument("--split", default=None)
-    s.add_argument("--version", default=None, help="LiveCodeBench version, e.g. v6")
-    sp = sub.add_parser("split", help="split a problem set into two files (e.g. training and held-out)")
-    sp.add_argument("source")
-    sp.add_argument("--heldout", type=int, required=True, help="problems in the held-out part")
-    sp.add_argument("--train-out", required=True)
-    sp.add_argument("--heldout-out", required=True)
-    sp.add_argument("--seed", type=int, default=0)
-    sp.add_argument("--difficulty", default=None, help="keep only problems of this difficulty (e.g. 'very easy function')")
-    args = ap.parse_args(argv)
-    if args.cmd == "split":
-        probs = load_problems(args.source)
-        if args.difficulty:
-            kinds = sorted({p.difficulty for p in probs})
-            probs = [p for p in probs if p.difficulty == args.difficulty]
-            if not probs:
-                raise SystemExit(f"error: no problem of difficulty {args.difficulty!r} in {args.source} "
-                                 f"(it has: {', '.join(map(repr, kinds))})")
-        if not 0 < args.heldout < len(probs):
-            raise SystemExit(f"error: --heldout must be between 1 and {len(probs) - 1}")
-        held = set(random.Random(args.seed).sample(range(len(probs)), args.heldout))
-        save_problems([p for i, p in enumerate(probs) if i not in held], args.train_out)
-        save_problems([p for i, p in enumerate(probs) if i in held], args.heldout_out)
-        print(f"wrote {len(probs) - len(held)} problems to {args.train_out} and {len(held)} to {args.heldout_out}")
-        return
-    if args.cmd == "show":
-        probs = load_problems(args.source, format=args.format, split=args.split, version=args.version)
-        kinds = collections.Counter("call-based" if p.fn_name else "stdin/stdout" for p in probs)
-        print(json.dumps({"problems": len(probs), **kinds}))
-        return
-    problems = load_problems(args.input, split=args.split, limit=args.limit, format="taco"
+def cmd_split(args):
+    """Split a problem set in two files (e.g. training and held-out problems), at random (--seed)."""
+    probs = load_problems(args.source)
+    if args.difficulty:
+        kinds = sorted({p.difficulty for p in probs})
+        probs = [p for p in probs if p.difficulty == args.difficulty]
+        if not probs:
+            raise SystemExit(f"error: no problem of difficulty {args.difficulty!r} in {args.source} "
+                             f"(it has: {', '.join(map(repr, kinds))})")
+    if not 0 < args.heldout < len(probs):
+        raise SystemExit(f"error: --heldout must be between 1 and {len(probs) - 1}")
+    held = set(random.Random(args.seed).sample(range(len(probs)), args.heldout))
+    save_problems([p for i, p in enumerate(probs) if i not in held], args.train_out)
+    save_problems([p for i, p in enumerate(probs) if i in held], args.heldout_out)
+    print(f"wrote {len(probs) - len(held)} problems to {args.train_out} and {len(held)} to {args.heldout_out}")
+
+
+def cmd_show(args):
+    """Load any source and print how many problems of each kind it holds."""
+    probs = load_problems(args.source, format=args.format, split=args.problem_split, version=args.version)
+    kinds = collections.Counter("call-based" if p.fn_name else "stdin/stdout" for p in probs)
+    print(json.dumps({"problems": len(probs), **kinds}))
+
+
+def cmd_clean(args):
+    """The paper's TACO cleaning (clean_taco), then an optional dev split, written as our JSONL."""
+    problems = load_problems(args.input, split=args.problem_split, limit=args.limit, format="taco"
                              if args.input == "BAAI/TACO" else None)
     cleaned, dropped = clean_taco(problems, min_tests=args.min_tests, max_tests=args.max_tests,
                                   public_count=args.public, max_solutions=args.max_solutions, seed=args.seed,
@@ -601,6 +578,46 @@ def main(argv=None):
     save_problems(cleaned, args.out)
     print(f"wrote {len(cleaned)} problems to {args.out}", file=sys.stderr)
 
+
+def main(argv=None):
+    from cobalt_min.cli import count, distinct, output_file, renamed
+    ap = argparse.ArgumentParser(prog="python -m cobalt_min.problems",
+                                 description="Problem-set tools. `clean`: the paper's TACO cleaning; "
+                                             "`show`: load any source and print a summary; `split`: split a set in two.")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("clean", help="clean TACO as the paper does and write our JSONL")
+    c.add_argument("--input", required=True, help="TACO source: BAAI/TACO, a folder of .arrow shards, or rows")
+    c.add_argument("--problem-split", default=None, help="split of the source to read (train or test)")
+    renamed(c, "--split", "is now --problem-split, as in every script")
+    c.add_argument("--out", type=output_file, required=True, help="output JSONL (the training set)")
+    c.add_argument("--dev-out", type=output_file, default=None, help="also write a dev split here (as TACO-Dev)")
+    c.add_argument("--dev-size", type=count, default=250, help="problems in the dev split (default 250)")
+    c.add_argument("--min-tests", type=count, default=8, help="drop problems with fewer tests (default 8)")
+    c.add_argument("--max-tests", type=count, default=20, help="keep at most this many tests (default 20)")
+    c.add_argument("--public", type=count, default=PUBLIC_TESTS, help="public tests per problem (default 4)")
+    c.add_argument("--max-solutions", type=count, default=16, help="reference solutions tried (default 16)")
+    c.add_argument("--limit", type=count, default=None, help="read at most this many problems")
+    c.add_argument("--workers", type=count, default=None, help="sandbox workers (default: one per CPU)")
+    c.add_argument("--seed", type=int, default=0)
+    s = sub.add_parser("show", help="load a source and print counts")
+    s.add_argument("source")
+    s.add_argument("--format", default=None, choices=sorted(PARSERS))
+    s.add_argument("--problem-split", default=None, help="split of the source to read")
+    renamed(s, "--split", "is now --problem-split, as in every script")
+    s.add_argument("--version", default=None, help="LiveCodeBench version, e.g. v6")
+    sp = sub.add_parser("split", help="split a problem set into two files (e.g. training and held-out)")
+    sp.add_argument("source")
+    sp.add_argument("--heldout", type=count, required=True, help="problems in the held-out part (at least 1)")
+    sp.add_argument("--train-out", type=output_file, required=True)
+    sp.add_argument("--heldout-out", type=output_file, required=True)
+    sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--difficulty", default=None, help="keep only problems of this difficulty (e.g. 'very easy function')")
+    args = ap.parse_args(argv)
+    if args.cmd == "split":
+        distinct(ap, source=args.source, **{"--train-out": args.train_out, "--heldout-out": args.heldout_out})
+    if args.cmd == "clean":
+        distinct(ap, **{"--input": args.input, "--out": args.out, "--dev-out": args.dev_out})
+    {"split": cmd_split, "show": cmd_show, "clean": cmd_clean}[args.cmd](args)
 
 if __name__ == "__main__":
     main()

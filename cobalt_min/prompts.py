@@ -12,6 +12,8 @@ about edge cases (the hidden tests); the conversation goes on.
 import json
 import re
 
+from cobalt_min.sandbox_types import OUT_OF_TIME
+
 SYSTEM_PROMPT = """You are a careful, helpful Python programming assistant. Solve the user's coding problem.
 
 Your program runs in a locked-down sandbox with these rules:
@@ -111,7 +113,7 @@ def feedback_text(results: list, public_tests: dict, timeout_s: float = 4.0) -> 
         shown_input = ", ".join(json.dumps(a) for a in inp) if call_based else inp
         lines = [f"Input:\n{truncate(shown_input)}"]
         if r.status == "timeout":
-            if r.detail.startswith("the program did not finish all its tests"):  # sandbox.OUT_OF_TIME
+            if r.detail == OUT_OF_TIME:
                 return "The program did not finish running all test cases within its total time limit."
             lines.append(f"The program timed out after {timeout_s:g} seconds.")
             return "\n".join(lines)

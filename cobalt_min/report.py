@@ -26,6 +26,7 @@ import json
 import math
 from pathlib import Path
 
+from cobalt_min.cli import output_file
 from cobalt_min.jsonl import read_jsonl
 from cobalt_min.metrics import solved_at, summarize
 
@@ -114,8 +115,10 @@ def line_chart(series: dict, *, title: str, xlabel: str, ylabel: str, y_range: t
         color = COLORS[k % len(COLORS)]
         data = " ".join(f"{x:g},{y:.6g}" for x, y in pts)
         path = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in pts)
-        out.append(f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{path}" '
-                   f'data-label="{html.escape(label)}" data-points="{data}"/>')
+        # Each later line dashed and thinner: two runs with the same numbers stay both visible.
+        dash = "" if k == 0 else f' stroke-dasharray="{6 - 2 * (k % 3)} {2 + k % 3}"'
+        out.append(f'<polyline fill="none" stroke="{color}" stroke-width="{max(1.0, 2.5 - 0.5 * k)}"{dash} '
+                   f'points="{path}" data-label="{html.escape(label)}" data-points="{data}"/>')
         for x, y in pts if len(pts) <= 60 else []:
             out.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3" fill="{color}">'
                        f'<title>{html.escape(label)}: {x:g}, {y:.4g}</title></circle>')
@@ -241,11 +244,12 @@ def evaluate_run(name: str, path: Path, summary: dict, run_id: str, payloads: li
 
 
 TRAIN_CHARTS = [  # (title, y label, metrics.jsonl keys)
-    ("Reward", "reward", ["reward_mean", "val_reward"]),
-    ("Pass rate of the sampled programs", "share", ["pass_rate", "all_tests_passed", "no_code"]),
-    ("KL to the reference policy", "KL", ["kl"]),
-    ("Clip fractions", "share of tokens", ["clip_frac_low", "clip_frac_high", "clip_frac_dual"]),
-    ("Response length", "tokens", ["response_len"]),
+    # (title, y label, metrics, y range: the whole range a quantity can take, so that a small change looks small)
+    ("Reward", "reward", ["reward_mean", "val_reward"], (-1.0, 1.0)),
+    ("Pass rate of the sampled programs", "share", ["pass_rate", "all_tests_passed", "no_code"], (0.0, 1.0)),
+    ("KL to the reference policy", "KL", ["kl"], None),
+    ("Clip fractions", "share of tokens", ["clip_frac_low", "clip_frac_high", "clip_frac_dual"], None),
+    ("Response length", "tokens", ["response_len"], None),
 ]
 
 
@@ -254,10 +258,10 @@ def train_section(name: str, path: Path) -> str:
     and the time of each phase per step."""
     steps = read_jsonl(path / "metrics.jsonl")
     charts = []
-    for title, ylabel, keys in TRAIN_CHARTS:
+    for title, ylabel, keys, y_range in TRAIN_CHARTS:
         series = {k: [(m["step"], m.get(k)) for m in steps] for k in keys if any(k in m for m in steps)}
         if series:
-            charts.append(line_chart(series, title=title, xlabel="step", ylabel=ylabel))
+            charts.append(line_chart(series, title=title, xlabel="step", ylabel=ylabel, y_range=y_range))
     phases = [k for k in steps[-1] if k.endswith("_s") and not k.endswith("_per_s") and k != "step_s"] if steps else []
     charts.append(line_chart({k[:-2]: [(m["step"], m.get(k)) for m in steps] for k in phases},
                              title="Time per phase (s)", xlabel="step", ylabel="seconds"))
@@ -440,6 +444,7 @@ def write_report(paths, out=None, title: str | None = None) -> Path:
     paths = [Path(p) for p in ([paths] if isinstance(paths, (str, Path)) else paths)]
     runs = find_runs(paths)
     out = Path(out) if out else paths[0] / "report.html"
+    out.parent.mkdir(parents=True, exist_ok=True)
     text = build_page(runs, title or "cobalt-min report: " + ", ".join(str(p) for p in paths))
     tmp = out.with_name(out.name + ".tmp")
     tmp.write_text(text, encoding="utf-8")
@@ -451,7 +456,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description="Write one self-contained HTML report of evaluate.py, train.py and "
                                  "collect.py runs (or of a folder holding them, like the demo's demo_out/).")
     ap.add_argument("runs", nargs="+", help="run folders (several evaluation runs share one Pass@1 chart)")
-    ap.add_argument("--out", default=None, help="the HTML file (default: report.html in the first folder)")
+    ap.add_argument("--out", type=output_file, default=None,
+                    help="the HTML file (default: report.html in the first folder; its folder is made if needed)")
     ap.add_argument("--title", default=None, help="the page's title (default: the folders)")
     args = ap.parse_args(argv)
     path = write_report(args.runs, args.out, args.title)

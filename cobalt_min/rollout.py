@@ -21,44 +21,77 @@ from cobalt_min.sandbox import run_programs
 def run_turn_programs(programs: list, problems: list, feedback_tests: list, *, scored_programs: list | None = None,
                       timeout_s: float = 4.0, workers=None) -> list:
     """Run each program (None = no code block) on its feedback tests and each scored program on all true
-    tests of its problem, in one sandbox batch (one job per program when the two are the same, as they
-    are but for thinking models; see rollout). Returns per program None (neither has code) or
-    feedback_results (None without code) and the public/hidden/all pass rates of the scored program."""
+    tests of its problem, in one sandbox batch. Returns per program None (neither has code) or
+    {feedback_results (None without code), public_pass_rate, hidden_pass_rate, pass_rate} (the rates of
+    the scored program on the true tests).
+
+    One job per program when the scored program is the program (as for non-thinking models): its tests
+    are the feedback tests followed by the true tests, or only the true tests when the feedback tests
+    ARE the true public tests (they come first). Thinking models score another program (the answer as
+    kept in the history: rollout): then a second job."""
     scored_programs = programs if scored_programs is None else scored_programs
-    jobs, index = [], []  # (program or None, tests); index: (k, what the job's results hold)
-    for k, (program, scored, problem, shown) in enumerate(zip(programs, scored_programs, problems, feedback_tests)):
-        same = shown is problem.public_tests
+    jobs, layout = [], []  # layout[k]: (feedback job, scoring job, where the true tests start in it)
+    for program, scored, problem, shown in zip(programs, scored_programs, problems, feedback_tests):
+        true = problem.all_tests()
         if program == scored:
-            jobs.append((program, problem.all_tests() if same else join_tests(shown, problem.all_tests())))
-            index.append((k, "public = shown" if same else "shown + true"))
+            same = shown is problem.public_tests
+            jobs.append((program, true if same else join_tests(shown, true)))
+            layout.append((len(jobs) - 1, len(jobs) - 1, 0 if same else len(shown["inputs"])))
         else:
-            jobs += [(program, shown), (scored, problem.all_tests())]
-            index += [(k, "shown"), (k, "true")]
+            jobs += [(program, shown), (scored, true)]
+            layout.append((len(jobs) - 2, len(jobs) - 1, 0))
     results = run_programs([p for p, _ in jobs], [t for _, t in jobs], timeout_s=timeout_s, workers=workers)
-    out: list = [None] * len(programs)
-    for (k, what), res in zip(index, results):
-        if res is None:
+    out: list = []
+    for k, (feedback_job, scoring_job, true_from) in enumerate(layout):
+        feedback, scoring = results[feedback_job], results[scoring_job]
+        if feedback is None and scoring is None:
+            out.append(None)
             continue
-        n_shown, n_pub = len(feedback_tests[k]["inputs"]), len(problems[k].public_tests["inputs"])
-        verdict = out[k] or {"feedback_results": None, "public_pass_rate": 0.0, "hidden_pass_rate": 0.0,
-                             "pass_rate": 0.0}
-        if what != "true":
-            verdict["feedback_results"] = res[:n_shown]
-        if what != "shown":
-            true = res if what in ("public = shown", "true") else res[n_shown:]
-            hidden = true[n_pub:]
-            verdict.update(public_pass_rate=sum(r.passed for r in true[:n_pub]) / max(1, n_pub),
-                           hidden_pass_rate=sum(r.passed for r in hidden) / max(1, len(hidden)),
-                           pass_rate=sum(r.passed for r in true) / max(1, len(true)))
-        out[k] = verdict
+        true = scoring[true_from:] if scoring is not None else []
+        n_public = len(problems[k].public_tests["inputs"])
+        hidden = true[n_public:]
+        out.append({"feedback_results": feedback[:len(feedback_tests[k]["inputs"])] if feedback is not None else None,
+                    "public_pass_rate": sum(r.passed for r in true[:n_public]) / max(1, n_public),
+                    "hidden_pass_rate": sum(r.passed for r in hidden) / max(1, len(hidden)),
+                    "pass_rate": sum(r.passed for r in true) / max(1, len(true))})
     return out
 
 
-def rollout(problems: list, engine, *, samples: int, turns: int, temperature: float = 0.6, top_p: float = 0.95,
+def turn_record(t: int, response: str, program, scored_program, verdict: dict | None, message: dict) -> dict:
+    """What a trajectory keeps of one turn: the response, its program, the verdicts on the tests shown,
+    the pass rates (public, hidden, all: of the scored program), and the feedback shown next."""
+    results = verdict["feedback_results"] if verdict else None
+    record = {"turn": t, "response": response, "program": program,
+              "public": [{"status": r.status, "passed": r.passed} for r in results] if results else [],
+              "public_pass_rate": verdict["public_pass_rate"] if verdict else 0.0,
+              "hidden_pass_rate": verdict["hidden_pass_rate"] if verdict else 0.0,
+              "pass_rate": verdict["pass_rate"] if verdict else 0.0, "feedback": message["content"]}
+    if scored_program != program:
+        record["scored_program"] = scored_program
+    return record
+
+
+def sample_turn(engine, convs: list, live: list, t: int, *, samples: int, temperature: float, top_p: float,
+                max_new_tokens: int, seed: int) -> tuple[dict, dict]:
+    """One engine call for turn t of the live conversations: ({(i, s): prompt}, {(i, s): Completion}). At
+    turn 0 every sample of a problem has the same prompt: it is asked once for `samples` completions."""
+    if t == 0:
+        prompts = {(i, s): engine.prompt_ids(convs[i][0]) for i in range(len(convs)) for s in range(samples)}
+        outs = engine.sample([prompts[(i, 0)] for i in range(len(convs))], n=samples, temperature=temperature,
+                             top_p=top_p, max_new_tokens=max_new_tokens, seed=seed)
+        return prompts, {(i, s): outs[i][s] for i, s in live}
+    prompts = {(i, s): engine.prompt_ids(convs[i][s]) for i, s in live}
+    outs = engine.sample([prompts[key] for key in live], n=1, temperature=temperature, top_p=top_p,
+                         max_new_tokens=max_new_tokens, seed=seed + t)
+    return prompts, {key: out[0] for key, out in zip(live, outs)}
+
+
+def rollout(problems: list, engine, *, samples: int, feedback_turns: int, temperature: float = 0.6, top_p: float = 0.95,
             max_new_tokens: int = 8192, seed: int = 0, thinking: bool = False, stop_on_public_pass: bool = False,
             timeout_s: float = 4.0, workers=None, feedback_tests: list | None = None, progress: bool = True,
             keep_tokens: bool = False):
-    """Run `samples` conversations per problem for turn 0 plus `turns` feedback turns.
+    """Run `samples` conversations per problem for turn 0 plus `feedback_turns` feedback turns (a script's
+    --turns counts programs: feedback_turns = turns - 1).
 
     feedback_tests: per problem, the public tests whose results the model sees (default: its public
     tests; perturb.py passes perturbed ones). Scores always use the problem's true tests.
@@ -71,23 +104,15 @@ def rollout(problems: list, engine, *, samples: int, turns: int, temperature: fl
     trajs = [[{"problem_id": p.id, "sample": s, "turns": [], "messages": None, "stopped": False}
               for s in range(samples)] for p in problems]
     timings = {"generate_s": 0.0, "execute_s": 0.0}
-    bar = tqdm(total=turns + 1, desc="turns", unit="turn", disable=not progress, leave=False)
-    for t in range(turns + 1):
+    bar = tqdm(total=feedback_turns + 1, desc="turns", unit="turn", disable=not progress, leave=False)
+    for t in range(feedback_turns + 1):
         live = [(i, s) for i in range(len(problems)) for s in range(samples) if not trajs[i][s]["stopped"]]
         if not live:
             break
         # ------------------------------------------------------------ generate: one call per turn
         start = time.perf_counter()
-        if t == 0:  # the same opening context for every sample: ask for `samples` completions of it
-            prompts = {(i, s): engine.prompt_ids(convs[i][0]) for i in range(len(problems)) for s in range(samples)}
-            outs = engine.sample([prompts[(i, 0)] for i in range(len(problems))], n=samples, temperature=temperature,
-                                 top_p=top_p, max_new_tokens=max_new_tokens, seed=seed)
-            completions = {(i, s): outs[i][s] for i, s in live}
-        else:
-            prompts = {(i, s): engine.prompt_ids(convs[i][s]) for i, s in live}
-            outs = engine.sample([prompts[key] for key in live], n=1, temperature=temperature, top_p=top_p,
-                                 max_new_tokens=max_new_tokens, seed=seed + t)
-            completions = {key: out[0] for key, out in zip(live, outs)}
+        prompts, completions = sample_turn(engine, convs, live, t, samples=samples, temperature=temperature,
+                                           top_p=top_p, max_new_tokens=max_new_tokens, seed=seed)
         responses = {key: c.text for key, c in completions.items()}
         timings["generate_s"] += time.perf_counter() - start
         # ------------------------------------------------------------ execute: one sandbox batch per turn
@@ -102,17 +127,8 @@ def rollout(problems: list, engine, *, samples: int, turns: int, temperature: fl
         timings["execute_s"] += time.perf_counter() - start
         # ------------------------------------------------------------ record, give feedback
         for (i, s), program, scored_program, v in zip(live, programs, scored, verdicts):
-            shown = feedback_tests[i]
-            message = feedback_message(v["feedback_results"] if v else None, shown, timeout_s)
-            record = {"turn": t, "response": responses[(i, s)], "program": program,
-                      "public": [{"status": r.status, "passed": r.passed} for r in v["feedback_results"]]
-                      if v and v["feedback_results"] else [],
-                      "public_pass_rate": v["public_pass_rate"] if v else 0.0,
-                      "hidden_pass_rate": v["hidden_pass_rate"] if v else 0.0,
-                      "pass_rate": v["pass_rate"] if v else 0.0,
-                      "feedback": message["content"]}
-            if scored_program != program:
-                record["scored_program"] = scored_program
+            message = feedback_message(v["feedback_results"] if v else None, feedback_tests[i], timeout_s)
+            record = turn_record(t, responses[(i, s)], program, scored_program, v, message)
             if keep_tokens:
                 record.update(prompt_ids=prompts[(i, s)], token_ids=completions[(i, s)].token_ids,
                               finished=completions[(i, s)].finished)

@@ -9,9 +9,11 @@ Without fn_name a test is stdin -> stdout text; with fn_name each input is the l
 arguments of `fn_name` (a top-level function, or a method of `Solution()` when the program defines
 `class Solution`) and each output is the expected return value.
 
-This file decides verdicts (limits, results, output comparison, grade_test) and holds what users call
-(run_tests, run_batch, run_programs, pass_rate, the CLI). The process machinery is sandbox_process.py
-and the runner sandbox_runner.py: a reader of the paper can skip both. How it is built (README "Sandbox"):
+This file decides verdicts (output comparison, grade_test, Sandbox.run) and holds what users call
+(run_tests, run_batch, run_programs, pass_rate, the CLI). Imports run one way: this file -> the process
+machinery (sandbox_process.py: runner processes, isolation, cgroups, uid leases) -> the runner
+(sandbox_runner.py), all above the shared vocabulary (sandbox_types.py: Limits, TestResult,
+SandboxError). A reader of the paper can skip all but this file. How it is built (README "Sandbox"):
 - A sandbox is ONE long-lived runner process (sandbox_runner.py), started inside bubblewrap
   (isolation="bwrap") or, when the grader is root, in namespaces the runner makes itself
   (isolation="process"). Either way: no network, its own pid and ipc namespaces, a file system holding
@@ -27,6 +29,22 @@ and the runner sandbox_runner.py: a reader of the paper can skip both. How it is
 - Whatever a program does costs its own tests only: a malformed result is a runtime error, a runner
   it killed or froze is replaced and the remaining tests go on, and nothing it made (files, shared
   memory, keys, processes) is left for the next test.
+
+How a test runs. A sandbox is one long-lived runner process per worker (`sandbox_runner.py`). It starts
+Python once; for each program it forks a *job process* in namespaces of its own (mount, pid, ipc) with a
+fresh tmpfs for the scratch folder and `/dev/shm` and a fresh `/proc`, and that process, pid 1 of the
+job's namespace and without any privilege, forks a fresh copy of itself for every test. So each test
+begins from untouched interpreter state with its own limits, without paying an interpreter start per
+test, and nothing one program does (files, extended attributes, inode and pid numbers, System V objects,
+processes) can reach the next program: it ends with the job's namespaces. A test's stdin, stdout and
+stderr are in-memory files (memfds) read once it has exited; reports go to another one, which the grader
+reads once per program. The runner never sees the expected outputs: it reports stdout, stderr, exit
+status (and the returned value), and the grader in your process compares. Commonly used modules
+(`collections`, `heapq`, `bisect`, `math`, `itertools`, `functools`, `re`, `typing`, ...) are already
+imported when a program starts; other modules a program imports (numpy: ~50 ms) are imported once per
+program, by its job process, before its first test (a numpy program: 4 ms per test instead of 42 ms).
+Import time is then not counted in the tests' time, and what such an import prints goes nowhere (modules
+that only print, like `this`, are left to the program).
 """
 
 import argparse
@@ -38,49 +56,15 @@ import os
 import queue
 import re
 import threading
-import warnings
 from pathlib import Path
 
+from cobalt_min.sandbox_process import (CGROUP_SLACK_MB, SANDBOX_UID_BASE, UNSAFE_ENV, Runner,  # noqa: F401
+                                        bwrap_available, cgroup_support, imported_modules, namespaces_available,
+                                        require_safe_sandbox, resolve_isolation)
+from cobalt_min.sandbox_types import OUT_OF_TIME, STATUSES, Limits, SandboxError, TestResult  # noqa: F401
 
-STATUSES = ("passed", "wrong_answer", "runtime_error", "timeout", "memory_limit", "output_limit")
+
 KEEP_CHARS = 4096  # each captured stream is kept as its first and last KEEP_CHARS characters
-OUT_OF_TIME = "the program did not finish all its tests within its total time limit"
-
-
-class SandboxError(RuntimeError):
-    """The sandbox itself could not be started or used (not a verdict on a program)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Limits:
-    timeout_s: float = 4.0  # wall clock per test (the paper: 4 s); CPU time is capped at ceil(t) + 1
-    memory_mb: int = 1024  # address space per test (the authors: 1 GiB)
-    output_bytes: int = 1 << 20  # stdout, stderr and any file; a program writing more is killed (output_limit)
-    # A program's whole suite: the authors run 4 tests at a time within 27 s and score a program that runs
-    # out 0. Here tests run one after another, so the budget is total_timeout_s * min(parallel_tests, n)
-    # seconds of tests, and a program that runs out fails every test (OUT_OF_TIME).
-    total_timeout_s: float = 27.0
-    parallel_tests: int = 4
-    max_files: int = 64  # open file descriptors
-    max_procs: int = 64  # processes + threads of the sandbox (reserved uid, or bwrap's own user namespace)
-    tmp_mb: int = 64  # size of the private writable /tmp (bwrap)
-
-
-@dataclasses.dataclass
-class TestResult:
-    """The verdict on one test. `stdout`/`stderr` keep the head and tail of long streams."""
-    __test__ = False  # not a pytest test class
-    passed: bool
-    status: str  # one of STATUSES
-    stdout: str = ""
-    stderr: str = ""
-    time_s: float = 0.0
-    exit_code: int | None = None
-    detail: str = ""  # why the grader decided as it did, when that is not obvious
-    returned: str | None = None  # call-based tests: the returned value as JSON text (head kept)
-
-    def to_dict(self):
-        return dataclasses.asdict(self)
 
 
 # ----------------------------------------------------------------------------- comparison
@@ -235,53 +219,6 @@ def grade_test(report: dict, expected, fn_name: str | None, float_tol=None, taco
     return verdict(ok, "passed" if ok else "wrong_answer")
 
 
-# ----------------------------------------------------------------------------- isolation modes
-
-
-UNSAFE_ENV = "COBALT_SANDBOX_ISOLATION"  # set to "process" to allow the unsafe process mode everywhere
-_WARNED: list = []  # the unsafe process mode's warning is given once per process
-
-
-def resolve_isolation(isolation: str) -> str:
-    """'auto' -> 'bwrap' when it works here, else 'process' when it is safe here (root: own namespaces),
-    else an error saying how to get a safe mode, or how to opt in to the unsafe one for trusted code."""
-    if isolation not in ("auto", "bwrap", "process"):
-        raise ValueError(f"isolation must be auto, bwrap or process, not {isolation!r}")
-    if isolation == "auto" and os.environ.get(UNSAFE_ENV):
-        isolation = os.environ[UNSAFE_ENV]
-        if isolation not in ("bwrap", "process"):
-            raise SandboxError(f"{UNSAFE_ENV} must be bwrap or process, not {isolation!r}")
-    if isolation == "bwrap" or (isolation == "auto" and bwrap_available()):
-        if not bwrap_available():
-            raise SandboxError("isolation='bwrap' was asked for but bubblewrap is missing or cannot start here: "
-                               "install it (apt-get install bubblewrap).")
-        return "bwrap"
-    if namespaces_available():
-        return "process"
-    if isolation == "process":
-        if not _WARNED:
-            _WARNED.append(True)
-            warnings.warn("isolation='process' without namespaces: programs see the machine's files"
-                          + ("" if os.geteuid() == 0 else ", run as your own user and can reach your processes")
-                          + ". Use it for trusted programs only.", stacklevel=3)
-        return "process"
-    raise SandboxError(
-        "no safe sandbox here: bubblewrap is missing or cannot start, and without root the process mode cannot "
-        "hide the machine's files from the programs (a policy in training could learn to read its tests' answers). "
-        "Install bubblewrap (apt-get install bubblewrap; in a container it needs unprivileged user namespaces or "
-        f"root), or, for trusted programs only, opt in with {UNSAFE_ENV}=process (the sandbox CLI: --isolation "
-        "process).")
-
-
-def require_safe_sandbox() -> str:
-    """For the scripts, before any long work: the isolation mode 'auto' resolves to here, or exit with
-    one clear message (see resolve_isolation)."""
-    try:
-        return resolve_isolation("auto")
-    except SandboxError as e:
-        raise SystemExit(f"error: {e}") from None
-
-
 def check_tests(tests) -> tuple[list, list]:
     """Validate a TACO input_output dict; return (inputs, outputs). Raises ValueError saying what is wrong."""
     if not isinstance(tests, dict):
@@ -305,13 +242,50 @@ def check_tests(tests) -> tuple[list, list]:
     return inputs, outputs
 
 
-# The process machinery (runner processes, isolation, uid leases, the channel to the runner) lives in
-# sandbox_process.py: nothing there decides a verdict. Imported here, below what it uses from this file.
-from cobalt_min.sandbox_process import (CGROUP_SLACK_MB, SANDBOX_UID_BASE, Sandbox, bwrap_available,  # noqa: E402,F401
-                                        cgroup_support, imported_modules, namespaces_available)
-
-
 # ----------------------------------------------------------------------------- public API
+
+
+class Sandbox(Runner):
+    """A live sandbox: `run(program, tests)` judges every test of one program (the process machinery is
+    sandbox_process.Runner). Use as a context manager; one per thread."""
+
+    def run(self, program: str, tests: dict, float_tol: float | None = None) -> list[TestResult]:
+        """Judge `program` on every test of `tests` (TACO input_output dict), in order."""
+        inputs, outputs = check_tests(tests)
+        fn_name = tests.get("fn_name") or None
+        taco_wrapped = bool(tests.get("taco_wrapped_outputs"))
+        results = []
+        try:
+            for k, report in self.reports(program, inputs, fn_name):
+                results.append(report if isinstance(report, TestResult)
+                               else grade_test(report, outputs[k], fn_name, float_tol, taco_wrapped,
+                                                   timeout_s=self.limits.timeout_s))
+        except SandboxError:
+            raise  # the sandbox cannot run at all: not a verdict on this program
+        except Exception as e:  # noqa: BLE001 - whatever went wrong costs this program only
+            self._kill()  # the next program starts with a fresh runner
+            detail = f"the sandbox failed on this program ({type(e).__name__}: {str(e)[:300]})"
+            results += [TestResult(False, "runtime_error", detail=detail) for _ in range(len(inputs) - len(results))]
+        if any(r.detail == OUT_OF_TIME for r in results):  # all or nothing, as the authors score it
+            results = [dataclasses.replace(r, passed=False, status="timeout", detail=OUT_OF_TIME) for r in results]
+        return results
+
+
+    def outputs(self, program: str, inputs: list, fn_name: str | None = None) -> list:
+        """What `program` prints (stdin tests) or returns (call-based: the JSON value) on each input: the
+        expected outputs of a reference solution. Raises RuntimeError if it fails on one."""
+        outs = []
+        for k, report in self.reports(program, inputs, fn_name):
+            if isinstance(report, TestResult) or report["exit"] != 0 or report["timed_out"]:
+                raise RuntimeError(f"the program failed on input {k}: {report}")
+            if fn_name is None:
+                outs.append(report["stdout"])
+                continue
+            _, value, problem = read_result(report["result"] or "")
+            if problem is not None:
+                raise RuntimeError(f"the program's result on input {k}: {problem}")
+            outs.append(value)
+        return outs
 
 
 def _limits(timeout_s, memory_mb, **kw) -> Limits:
@@ -423,18 +397,22 @@ def run_programs(programs: list, tests: list, *, timeout_s: float = 4.0, workers
 
 
 def main(argv=None):
+    from cobalt_min import cli
     parser = argparse.ArgumentParser(
         prog="python -m cobalt_min.sandbox",
         description="Run PROGRAM.py on the tests in TESTS.json (TACO input_output format) inside the sandbox "
                     "and print one JSON object: passed, pass_rate, results. Exits 0 whatever the verdicts.")
     parser.add_argument("program", help="the Python program to judge")
     parser.add_argument("tests", help='JSON file: {"inputs": [...], "outputs": [...], "fn_name"?: str}')
-    parser.add_argument("--timeout", type=float, default=4.0, help="seconds per test (default 4, as the paper)")
-    parser.add_argument("--memory-mb", type=int, default=1024, help="address space per test (default 1024)")
-    parser.add_argument("--total-timeout", type=float, default=27.0,
+    parser.add_argument("--timeout", type=cli.positive, default=4.0, help="seconds per test (default 4, as the paper)")
+    parser.add_argument("--memory-mb", type=cli.count, default=1024,
+                        help="memory per test: per process, and for all of a test's processes where cgroups are "
+                             "usable (default 1024)")
+    parser.add_argument("--total-timeout", type=cli.positive, default=27.0,
                         help="a program's budget for all its tests is this many seconds times min(4, tests); one that "
                              "runs out fails every test (default 27: the authors' 27 s with 4 tests at a time)")
-    parser.add_argument("--float-tol", type=float, default=None, help="accept numbers within this tolerance")
+    parser.add_argument("--float-tol", type=cli.non_negative, default=None,
+                        help="accept real numbers within this tolerance")
     parser.add_argument("--isolation", choices=["auto", "bwrap", "process"], default="auto",
                         help="auto: bwrap when it works here, else process as root (own namespaces); without "
                              "root and bubblewrap, process runs programs unisolated and must be asked for "
@@ -447,6 +425,8 @@ def main(argv=None):
     try:
         tests = json.loads(Path(args.tests).read_text())
         check_tests(tests)
+        if not tests["inputs"]:
+            raise ValueError("it holds no tests")
     except (OSError, UnicodeDecodeError, ValueError) as e:
         parser.exit(2, f"error: {args.tests} is not a usable tests file: {e}\n")
     try:
@@ -463,7 +443,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    # `python -m cobalt_min.sandbox` runs this file as __main__; the CLI runs in the module that
-    # sandbox_process.py refers to, so that there is one SandboxError, TestResult and Limits.
-    from cobalt_min import sandbox
-    sandbox.main()
+    main()

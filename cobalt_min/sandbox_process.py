@@ -1,7 +1,8 @@
 """The sandbox's process machinery: the runner processes, their isolation, and the channel to them.
 
-Nothing here decides a verdict (that is sandbox.py: limits, results, output comparison, grade_test)
-and a reader of the paper can skip this file. What it does: start one long-lived runner process
+Nothing here decides a verdict (that is sandbox.py: output comparison, grade_test, Sandbox.run) and a
+reader of the paper can skip this file. Imports run one way: sandbox.py -> this file -> sandbox_runner.py,
+all of them above sandbox_types.py. What it does: start one long-lived runner process
 (sandbox_runner.py) inside bubblewrap or in namespaces the runner makes itself, lease it a uid of its
 own, hand it one program and its tests' inputs at a time, read back its binary per-test reports, and
 replace it when a program kills or freezes it. sandbox.py hands each report to grade_test.
@@ -10,7 +11,6 @@ replace it when a program kills or freezes it. sandbox.py hands each report to g
 from __future__ import annotations
 
 import ast
-import dataclasses
 import fcntl
 import json
 import marshal
@@ -27,6 +27,7 @@ import warnings
 from pathlib import Path
 
 from cobalt_min import sandbox_runner as runner
+from cobalt_min.sandbox_types import OUT_OF_TIME, Limits, SandboxError, TestResult
 
 # The runner starts from its compiled code (marshal), read from a memfd: compiling its source in each
 # runner would leave ~2 MB more of the compiler's memory in the process that every test forks from
@@ -64,6 +65,53 @@ def _decode_report(body: bytes) -> dict:
             "result": text[2] if flags & runner.HAS_RESULT else None, "time_s": time_s}
 
 
+# ----------------------------------------------------------------------------- isolation modes
+
+UNSAFE_ENV = "COBALT_SANDBOX_ISOLATION"  # set to "process" to allow the unsafe process mode everywhere
+_WARNED: list = []  # the unsafe process mode's warning is given once per process
+
+
+def resolve_isolation(isolation: str) -> str:
+    """'auto' -> 'bwrap' when it works here, else 'process' when it is safe here (root: own namespaces),
+    else an error saying how to get a safe mode, or how to opt in to the unsafe one for trusted code."""
+    if isolation not in ("auto", "bwrap", "process"):
+        raise ValueError(f"isolation must be auto, bwrap or process, not {isolation!r}")
+    if isolation == "auto" and os.environ.get(UNSAFE_ENV):
+        isolation = os.environ[UNSAFE_ENV]
+        if isolation not in ("bwrap", "process"):
+            raise SandboxError(f"{UNSAFE_ENV} must be bwrap or process, not {isolation!r}")
+    if isolation == "bwrap" or (isolation == "auto" and bwrap_available()):
+        if not bwrap_available():
+            raise SandboxError("isolation='bwrap' was asked for but bubblewrap is missing or cannot start here: "
+                               "install it (apt-get install bubblewrap).")
+        return "bwrap"
+    if namespaces_available():
+        return "process"
+    if isolation == "process":
+        if not _WARNED:
+            _WARNED.append(True)
+            warnings.warn("isolation='process' without namespaces: programs see the machine's files"
+                          + ("" if os.geteuid() == 0 else ", run as your own user and can reach your processes")
+                          + ". Use it for trusted programs only.", stacklevel=3)
+        return "process"
+    raise SandboxError(
+        "no safe sandbox here: bubblewrap is missing or cannot start, and without root the process mode cannot "
+        "hide the machine's files from the programs (a policy in training could learn to read its tests' answers). "
+        "Install bubblewrap (apt-get install bubblewrap; in a container it needs unprivileged user namespaces or "
+        f"root), or, for trusted programs only, opt in with {UNSAFE_ENV}=process (the sandbox CLI: --isolation "
+        "process).")
+
+
+def require_safe_sandbox() -> str:
+    """For the scripts, before any long work: the isolation mode 'auto' resolves to here, or exit with
+    one clear message (see resolve_isolation)."""
+    try:
+        return resolve_isolation("auto")
+    except SandboxError as e:
+        raise SystemExit(f"error: {e}") from None
+
+
+
 _BWRAP_OK: dict = {}
 _NAMESPACES_OK: dict = {}
 
@@ -75,7 +123,7 @@ def bwrap_available() -> bool:
         ok = False
         if path:
             try:
-                probe = subprocess.run(_bwrap_prefix(api.Limits(), scratch_folder(_python_paths())) + [sys.executable, "-I", "-c", "pass"],
+                probe = subprocess.run(_bwrap_prefix(Limits(), scratch_folder(_python_paths())) + [sys.executable, "-I", "-c", "pass"],
                                        capture_output=True, timeout=30)
                 ok = probe.returncode == 0
             except (OSError, subprocess.TimeoutExpired):
@@ -91,9 +139,9 @@ def namespaces_available() -> bool:
         _NAMESPACES_OK["ok"] = False
         if os.geteuid() == 0:
             try:
-                Sandbox(api.Limits(), "process", _probe=True).start_and_close()
+                Runner(Limits(), "process", _probe=True).start_and_close()
                 _NAMESPACES_OK["ok"] = True
-            except (api.SandboxError, OSError):
+            except (SandboxError, OSError):
                 pass
     return _NAMESPACES_OK["ok"]
 
@@ -117,10 +165,10 @@ def scratch_folder(python_paths: list[str]) -> str:
     for folder in ("/tmp", "/scratch", "/cobalt-scratch"):
         if not any(p == folder or p.startswith(folder + "/") for p in python_paths):
             return folder
-    raise api.SandboxError("the Python install lies under /tmp, /scratch and /cobalt-scratch: no scratch folder left")
+    raise SandboxError("the Python install lies under /tmp, /scratch and /cobalt-scratch: no scratch folder left")
 
 
-def _bwrap_prefix(limits: api.Limits, scratch: str) -> list[str]:
+def _bwrap_prefix(limits: Limits, scratch: str) -> list[str]:
     # /dev: bwrap's minimal one, read-only but for a size-capped /dev/shm (cleaned after each test).
     args = [shutil.which("bwrap") or "bwrap", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
             "--die-with-parent", "--new-session", "--clearenv",
@@ -185,7 +233,7 @@ class _UidLease:
                 continue
             self.uid, self._file = uid, f
             return
-        raise api.SandboxError(f"all 256 sandbox uids from {SANDBOX_UID_BASE} are in use; "
+        raise SandboxError(f"all 256 sandbox uids from {SANDBOX_UID_BASE} are in use; "
                            "set COBALT_SANDBOX_UID_BASE to another free range.")
 
     def release(self):
@@ -247,7 +295,7 @@ def _probe_cgroup(found):
             except OSError:
                 pass
     try:
-        _Cgroup(found, api.Limits()).remove()
+        _Cgroup(found, Limits()).remove()
         return found
     except OSError as e:
         return (None, f"cannot make cgroups here ({e})")
@@ -309,17 +357,19 @@ class _Cgroup:
 # ----------------------------------------------------------------------------- one sandbox
 
 
-class Sandbox:
-    """One live runner process; `run(program, tests)` judges all tests of one program.
+class Runner:
+    """One live runner process, replaced when a program kills or freezes it: reports(program, inputs)
+    yields the runner's raw report on each test (sandbox.Sandbox adds the verdicts).
 
-    Use as a context manager. Not thread-safe: one Sandbox per thread (sandbox.run_batch does that)."""
+    Use as a context manager. Not thread-safe: one per thread (sandbox.run_batch does that). The runner
+    dies with the thread that started it (the kernel's parent-death signal follows threads)."""
 
-    def __init__(self, limits: api.Limits | None = None, isolation: str = "auto", *, _probe: bool = False):
-        self.limits = limits or api.Limits()
+    def __init__(self, limits: Limits | None = None, isolation: str = "auto", *, _probe: bool = False):
+        self.limits = limits or Limits()
         if _probe:  # namespaces_available(): try the namespaced process mode itself
             self.isolation, self.namespaces = "process", True
         else:
-            self.isolation = api.resolve_isolation(isolation)
+            self.isolation = resolve_isolation(isolation)
             self.namespaces = self.isolation == "process" and namespaces_available()
         self._proc = None
         self._report_fd = None  # the memfd the runner appends test reports to (see sandbox_runner)
@@ -345,7 +395,7 @@ class Sandbox:
         self.close()
 
     def start_and_close(self):
-        """Start the runner once and stop it (raises api.SandboxError if it cannot start)."""
+        """Start the runner once and stop it (raises SandboxError if it cannot start)."""
         try:
             self._start()
         finally:
@@ -409,7 +459,7 @@ class Sandbox:
             if uid is not None and self.isolation == "process" and not self.namespaces:
                 detail += (f" (the runner runs as uid {uid}: it must be able to read the Python install "
                            f"{sys.base_prefix} and {sys.prefix})")
-            raise api.SandboxError(f"the sandbox runner ({self.isolation}) did not start: {detail or 'no message'}")
+            raise SandboxError(f"the sandbox runner ({self.isolation}) did not start: {detail or 'no message'}")
 
     def _kill(self):
         if self._proc is not None:
@@ -437,7 +487,7 @@ class Sandbox:
                 self._start()
                 self._send({"op": "exit"})
                 self._proc.wait(timeout=5)
-            except (OSError, api.SandboxError, subprocess.TimeoutExpired):
+            except (OSError, SandboxError, subprocess.TimeoutExpired):
                 pass
             self._kill()
         if self._lease is not None:
@@ -526,7 +576,7 @@ class Sandbox:
     def reports(self, program: str, inputs: list, fn_name: str | None = None):
         """Run `program` on each input in order; yield (k, report) where report is the runner's raw
         dict (stdout, stderr, exit, result, ...) or, for a test that cost the runner its life or hit the
-        program's total time limit, a api.TestResult that already says so."""
+        program's total time limit, a TestResult that already says so."""
         lim = self.limits
         job = {"op": "run", "program": program, "inputs": inputs, "fn_name": fn_name,
                "imports": imported_modules(program),
@@ -539,7 +589,7 @@ class Sandbox:
         program_deadline = time.monotonic() + lim.total_timeout_s * min(lim.parallel_tests, len(inputs))
         while k < len(inputs):
             if time.monotonic() >= program_deadline:
-                yield k, api.TestResult(False, "timeout", detail=api.OUT_OF_TIME)
+                yield k, TestResult(False, "timeout", detail=OUT_OF_TIME)
                 k += 1
                 continue
             if self._proc is None or self._proc.poll() is not None:
@@ -554,7 +604,7 @@ class Sandbox:
             except OSError:  # (a runner that does not read its job within that is frozen: replace it)
                 self._kill()
                 self.restarts += 1
-                yield k, api.TestResult(False, "timeout", detail="the sandbox stopped answering")
+                yield k, TestResult(False, "timeout", detail="the sandbox stopped answering")
                 k += 1
                 continue
             offset, progress_at, done = 0, time.monotonic(), False
@@ -585,12 +635,12 @@ class Sandbox:
                     # Killed, frozen (SIGSTOP) or garbled by the program, or out of total time: judge
                     # test k (the first one not reported), replace the runner, go on with k + 1.
                     frozen = msg is None and not self._eof
-                    detail = (api.OUT_OF_TIME if time.monotonic() >= program_deadline
+                    detail = (OUT_OF_TIME if time.monotonic() >= program_deadline
                               else "the sandbox stopped answering" if frozen else "the program killed its sandbox")
                     self._kill()
                     self.restarts += 1
                     job["imports"] = []  # the rest without importing ahead: that may be what failed
-                    yield k, api.TestResult(False, "timeout" if frozen else "runtime_error", detail=detail)
+                    yield k, TestResult(False, "timeout" if frozen else "runtime_error", detail=detail)
                     k += 1
                     break
                 self._kill()  # every test reported, but the runner said something unexpected
@@ -599,27 +649,6 @@ class Sandbox:
                 # The last reports arrived while checking progress: the runner's "done" is still to come.
                 if self._recv(time.monotonic() + 5) != {"done": True}:
                     self._kill()
-
-    def run(self, program: str, tests: dict, float_tol: float | None = None) -> list[api.TestResult]:
-        """Judge `program` on every test of `tests` (TACO input_output dict), in order."""
-        inputs, outputs = api.check_tests(tests)
-        fn_name = tests.get("fn_name") or None
-        taco_wrapped = bool(tests.get("taco_wrapped_outputs"))
-        results = []
-        try:
-            for k, report in self.reports(program, inputs, fn_name):
-                results.append(report if isinstance(report, api.TestResult)
-                               else api.grade_test(report, outputs[k], fn_name, float_tol, taco_wrapped,
-                                                   timeout_s=self.limits.timeout_s))
-        except api.SandboxError:
-            raise  # the sandbox cannot run at all: not a verdict on this program
-        except Exception as e:  # noqa: BLE001 - whatever went wrong costs this program only
-            self._kill()  # the next program starts with a fresh runner
-            detail = f"the sandbox failed on this program ({type(e).__name__}: {str(e)[:300]})"
-            results += [api.TestResult(False, "runtime_error", detail=detail) for _ in range(len(inputs) - len(results))]
-        if any(r.detail == api.OUT_OF_TIME for r in results):  # all or nothing, as the authors score it
-            results = [dataclasses.replace(r, passed=False, status="timeout", detail=api.OUT_OF_TIME) for r in results]
-        return results
 
 
 # Imported ahead by the runner only as a program imports them: printing is all they do.
@@ -642,7 +671,3 @@ def imported_modules(program: str) -> list[str]:
     return [name for name in dict.fromkeys(names) if name.split(".")[0] not in IMPORT_SIDE_EFFECTS]
 
 
-
-# Last, so that either module may be imported first: sandbox.py imports this file's names once it has
-# defined the limits, results and verdicts that the code above uses (as api.NAME, at call time).
-import cobalt_min.sandbox as api  # noqa: E402

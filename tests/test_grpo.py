@@ -7,8 +7,7 @@ import pytest
 import torch
 
 from cobalt_min.grpo import aggregate, group_advantages, kl_penalty, policy_loss
-from cobalt_min.logprobs import (completion_logprobs, naive_token_logprobs, pack_groups, pack_sequences,
-                                 token_logprobs)
+from cobalt_min.logprobs import completion_logprobs, naive_token_logprobs, pack_groups, pack_sequences
 
 
 def tiny_lm(vocab=64, tie=False, seed=0):
@@ -28,7 +27,6 @@ def test_group_advantages():
     assert torch.equal(a[1], torch.zeros(4))  # zero variance: no signal
     s2 = torch.tensor([1.0, 0, 0, 0]).std().item()
     assert torch.allclose(a[2], torch.tensor([0.75, -0.25, -0.25, -0.25]) / (s2 + 1e-6))
-    assert torch.allclose(group_advantages(r, scale=False)[0], torch.tensor([0.5, -0.5, -0.5, 0.5]))
     assert torch.equal(group_advantages(torch.tensor([[3.0], [1.0]])), torch.zeros(2, 1))
 
 
@@ -79,22 +77,34 @@ def test_aggregate_rejects_unknown():
         aggregate(torch.zeros(1, 1), torch.ones(1, 1), "mean")
 
 
+def rows_logprobs(model, prompts, completions, **kw):
+    """completion_logprobs of one completion per prompt -> ((R, C) log-probs, (R, C) completion mask)."""
+    batch = pack_groups(prompts, completions, list(range(len(prompts))), pad_id=0)
+    return completion_logprobs(model, batch, **kw), batch.completion_mask
+
+
 @pytest.mark.parametrize("tie,temperature", [(False, 1.0), (True, 1.0), (False, 0.7)])
-def test_token_logprobs_equals_naive_values_and_gradients(tie, temperature):
+def test_chunked_head_equals_naive_values_and_gradients(tie, temperature):
     model = tiny_lm(tie=tie)
-    ids, att, comp = pack_sequences([[1, 2, 3, 4], [5, 6]], [[7, 8, 9], [10, 11, 12, 13, 0]], pad_id=0)
-    weights = torch.randn(ids.shape)
+    prompts, completions = [[1, 2, 3, 4], [5, 6]], [[7, 8, 9], [10, 11, 12, 13, 0]]
+    ids, att, comp = pack_sequences(prompts, completions, pad_id=0)
+    weights = torch.randn(2, 5)
 
-    def run(fn, **kw):
-        model.zero_grad()
-        out = fn(model, ids, att, comp, temperature=temperature, **kw)
-        (out * weights).sum().backward()
-        return out.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-
-    fast, g_fast = run(token_logprobs, chunk_tokens=3)  # chunks smaller than the token count
-    slow, g_slow = run(naive_token_logprobs)
-    assert torch.allclose(fast, slow, atol=1e-5)
-    assert (fast[comp == 0] == 0).all() and (fast[comp == 1] < 0).all()
+    def grads():
+        return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    fast, mask = rows_logprobs(model, prompts, completions, temperature=temperature, chunk_tokens=3)  # chunks < tokens
+    (fast * weights).sum().backward()
+    g_fast = grads()
+    model.zero_grad()
+    slow = naive_token_logprobs(model, ids, att, comp, temperature=temperature)
+    slow = torch.stack([slow[r, len(p):len(p) + 5] if len(p) + 5 <= slow.shape[1] else
+                        torch.nn.functional.pad(slow[r, len(p):], (0, len(p) + 5 - slow.shape[1]))
+                        for r, p in enumerate(prompts)])  # (R, C): the completion positions of each row
+    (slow * weights).sum().backward()
+    g_slow = grads()
+    assert torch.allclose(fast.detach(), slow.detach(), atol=1e-5)
+    assert (fast[mask == 0] == 0).all() and (fast[mask == 1] < 0).all()
     assert g_fast.keys() == g_slow.keys()
     for name in g_slow:
         assert torch.allclose(g_fast[name], g_slow[name], atol=1e-5, rtol=1e-4), name
@@ -143,16 +153,16 @@ def test_eos_used_as_pad_is_still_trained():
 
 def test_positive_advantage_raises_logp_negative_lowers_it():
     model = tiny_lm()
-    ids, att, comp = pack_sequences([[1, 2, 3], [1, 2, 3]], [[4, 5, 6], [7, 8, 9]], pad_id=0)
-    before = token_logprobs(model, ids, att, comp).detach()
-    logp = token_logprobs(model, ids, att, comp)
+    prompts, completions = [[1, 2, 3], [1, 2, 3]], [[4, 5, 6], [7, 8, 9]]
+    before, comp = rows_logprobs(model, prompts, completions)
+    logp, _ = rows_logprobs(model, prompts, completions)
     loss, _ = policy_loss(logp, logp.detach(), None, torch.tensor([1.0, -1.0]), comp, kl_coef=0.0)
     loss.backward()
     with torch.no_grad():
         for p in model.parameters():
             p -= 0.05 * p.grad
-    after = token_logprobs(model, ids, att, comp).detach()
-    gain = ((after - before) * comp).sum(1)
+    after, _ = rows_logprobs(model, prompts, completions)
+    gain = ((after - before.detach()).detach() * comp).sum(1)
     assert gain[0] > 0 and gain[1] < 0
 
 
@@ -178,8 +188,7 @@ def test_grpo_learns_a_synthetic_reward():
         rewards = torch.tensor([sum(t == TARGET for t in c) / L for c in completions]).view(P, G)
         history.append(rewards.mean().item())
         adv = group_advantages(rewards).flatten()
-        ids, att, comp = pack_sequences([p for p in prompts for _ in range(G)], completions, pad_id=0)
-        logp = token_logprobs(model, ids, att, comp)
+        logp, comp = rows_logprobs(model, [p for p in prompts for _ in range(G)], completions)
         loss, _ = policy_loss(logp, logp.detach(), None, adv, comp, kl_coef=0.0)
         opt.zero_grad()
         loss.backward()

@@ -124,7 +124,9 @@ def test_grpo_mt_steps_in_one_process_and_on_two_ranks(tiny_model_dir, problems,
     assert two.returncode == 0, two.stderr[-3000:]
     assert "on 2 process(es)" in two.stderr
     assert [m["programs_trained"] for m in metrics(tmp_path / "two")] == [12, 12]
-    bad = subprocess.run([sys.executable, *mt_args(tiny_model_dir, problems, tmp_path / "bad"), "--contexts", "x.jsonl"],
+    (tmp_path / "x.jsonl").write_text("")
+    bad = subprocess.run([sys.executable, *mt_args(tiny_model_dir, problems, tmp_path / "bad"), "--contexts",
+                          str(tmp_path / "x.jsonl")],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and "--method grpo-mt trains on --problems" in bad.stderr
 

@@ -106,7 +106,7 @@ def test_hacking_candidates_on_real_executions():
     script = {0: [f"```python\n{GOOD}\n#s0\n```", f"```python\n{hack}\n#s0\n```"],
               1: [f"```python\n{GOOD}\n#s1\n```", f"```python\n{honest}\n#s1\n```"],
               2: [f"```python\n{GOOD}\n#s2\n```", f"```python\n{GOOD}\n#s2\n```"]}
-    [trajs], _ = rollout(kept, Replay(script), samples=3, turns=1, feedback_tests=[tests], progress=False)
+    [trajs], _ = rollout(kept, Replay(script), samples=3, feedback_turns=1, feedback_tests=[tests], progress=False)
     record = {"problem_id": p.id, "samples": trajs, "perturbed": info[p.id]}
     cases = PT.hacking_candidates(record)
     assert [(c["sample"], c["turn"], c["perturbed_test"]) for c in cases] == [(0, 1, 0)]
@@ -215,7 +215,7 @@ def test_perturbed_problem_set_and_analyze(tmp_path):
 
 def test_evaluate_perturbed_then_analyze(tiny_model_dir, tmp_path):
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "evaluate.py"), "--model", tiny_model_dir, "--problems",
-                           "demo", "--limit", "2", "--turns", "1", "--samples", "2", "--max-new-tokens", "8",
+                           "demo", "--limit", "2", "--turns", "2", "--samples", "2", "--max-new-tokens", "8",
                            "--engine", "hf", "--perturbed", "--out", str(tmp_path)], capture_output=True, text=True,
                           cwd=ROOT, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]

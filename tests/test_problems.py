@@ -45,6 +45,14 @@ def test_demo_reference_solutions_pass_all_tests_and_wrong_ones_fail():
         assert not all(r.passed for r in hid), p.id  # ...that the hidden tests catch
 
 
+def test_the_stored_outputs_are_the_reference_solutions_outputs():
+    # make_demo builds expected outputs with Sandbox.outputs: what a reference solution prints or returns.
+    probs = P.load_problems("demo")
+    for p in [next(p for p in probs if not p.fn_name), next(p for p in probs if p.fn_name)]:
+        tests = p.all_tests()
+        assert make_demo.reference_outputs(p.solutions[0], tests["inputs"], p.fn_name) == tests["outputs"], p.id
+
+
 def test_jsonl_round_trip(tmp_path):
     probs = P.load_problems("demo", limit=3, verbose=False)
     P.save_problems(probs, tmp_path / "x.jsonl")

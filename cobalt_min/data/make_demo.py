@@ -12,7 +12,6 @@ solves now and then: the learning demo (demo.sh) trains and evaluates on them. W
 that pass the public tests and fail hidden ones; tests/test_problems.py checks that they do.
 """
 
-import json
 import random
 from pathlib import Path
 
@@ -476,13 +475,8 @@ def build(path: Path = OUT) -> list:
 def reference_outputs(solution: str, inputs: list, fn_name: str | None) -> list:
     """Expected outputs = what the reference solution prints (stdin) or returns (call-based)."""
     from cobalt_min.sandbox import Limits, Sandbox
-    outs = []
     with Sandbox(Limits(timeout_s=10, total_timeout_s=300)) as sb:
-        for k, report in sb.reports(solution, inputs, fn_name):
-            if not isinstance(report, dict) or report["exit"] != 0 or report["timed_out"]:
-                raise RuntimeError(f"reference solution failed on input {k}: {report}")
-            outs.append(json.loads(json.loads(report["result"])["value"]) if fn_name else report["stdout"])
-    return outs
+        return sb.outputs(solution, inputs, fn_name)
 
 
 if __name__ == "__main__":

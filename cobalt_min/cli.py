@@ -1,0 +1,153 @@
+"""What the scripts share on their command lines: argument types that refuse a bad value when the
+arguments are parsed, before any model loads (argparse then prints one line naming the flag, the value
+and what is allowed, and exits with status 2); a check that outputs overwrite neither inputs nor each
+other; local paths told apart from hub ids; and Ctrl-C turned into one line saying what was kept."""
+
+import argparse
+import contextlib
+import math
+import os
+import sys
+from pathlib import Path
+
+LOCAL_SUFFIXES = (".jsonl", ".json", ".gguf", ".arrow", ".safetensors", ".txt", ".py")
+
+
+def integer(low: int | None = None, high: int | None = None):
+    """An argparse type: an integer in [low, high] (either end may be open-ended: None)."""
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if (low is not None and value < low) or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"{value} is not in {_range(low, high, False, False)}")
+        return value
+    return parse
+
+
+def number(low: float = -math.inf, high: float = math.inf, *, low_open: bool = False, high_open: bool = False):
+    """An argparse type: a finite number in the interval from low to high (open or closed at each end)."""
+    def parse(text):
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not math.isfinite(value) or value < low or value > high or (low_open and value == low) or \
+                (high_open and value == high):
+            raise argparse.ArgumentTypeError(f"{text} is not in {_range(low, high, low_open, high_open)}")
+        return value
+    return parse
+
+
+def _range(low, high, low_open, high_open) -> str:
+    if high is None or high == math.inf:
+        return f"{'(' if low_open else '['}{low}, infinity)" if low is not None else "the integers"
+    if low is None or low == -math.inf:
+        return f"(-infinity, {high}{')' if high_open else ']'}"
+    return f"{'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
+
+
+positive = number(0, low_open=True)  # > 0
+non_negative = number(0)  # >= 0
+probability = number(0, 1, low_open=True)  # top-p: (0, 1]
+count = integer(1)  # >= 1
+
+
+def looks_local(text: str) -> bool:
+    """Whether a model or data argument is meant as a local path rather than a hub id: it names a file
+    type, starts like a path (/, ., ~), has more than one '/', or its first folder exists here."""
+    if text.endswith(LOCAL_SUFFIXES) or text.startswith(("/", ".", "~")) or text.count("/") > 1:
+        return True
+    return "/" in text and Path(text.split("/")[0]).is_dir()
+
+
+def source(text: str) -> str:
+    """An argparse type for --model / --problems / --tokenizer: a local path must exist (a mistyped one
+    would otherwise be tried as a hub id: a minute of network retries, then an unrelated error)."""
+    if looks_local(text) and not Path(text).expanduser().exists():
+        raise argparse.ArgumentTypeError(f"{text} does not exist (no such file or folder here)")
+    return text
+
+
+def output_folder(text: str) -> str:
+    """An argparse type for --out: a folder, or one that can be made (nothing on the way is a file)."""
+    path = Path(text)
+    for p in [path, *path.parents]:
+        if p.exists() and not p.is_dir():
+            raise argparse.ArgumentTypeError(f"{text}: {p} is a file, not a folder")
+    return text
+
+
+def output_file(text: str) -> str:
+    """An argparse type for a file written by a script: not a folder, and its folder is not a file."""
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a folder: give a file name")
+    for p in path.parents:
+        if p.exists() and not p.is_dir():
+            raise argparse.ArgumentTypeError(f"{text}: {p} is a file, not a folder")
+    return text
+
+
+def distinct(parser: argparse.ArgumentParser, **paths) -> None:
+    """Exit (argparse's way) if two of these paths name the same file: an output would overwrite an
+    input, or two outputs each other. paths: flag name -> path (None: not given)."""
+    seen = {}
+    for flag, value in paths.items():
+        if value is None:
+            continue
+        key = os.path.realpath(value)
+        if key in seen:
+            parser.error(f"{seen[key]} and {flag} are the same file ({value}): one would overwrite the other")
+        seen[key] = flag
+
+
+@contextlib.contextmanager
+def interrupt_message(kept: str, again: str):
+    """Ctrl-C: one line saying what is kept and the command that continues, exit status 130."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: {kept}; continue with: {again}", file=sys.stderr)
+        sys.exit(130)
+
+
+def command_line() -> str:
+    """The command this process was started with, for 'continue with' messages (with --resume added)."""
+    args = sys.argv[:]
+    if "--resume" not in args:
+        args.append("--resume")
+    return " ".join(["python"] + args)
+
+
+def record_settings(out, args, keys: tuple, resume: bool) -> None:
+    """The settings that decide what a run writes, kept in OUT/settings.json. A --resume with other values
+    is refused, naming each difference (the finished rows of two settings would otherwise be mixed and
+    the summary claim one of them); a new run records them. keys: the argparse names that must match."""
+    import json
+    path = Path(out) / "settings.json"
+    now = {k: getattr(args, k) for k in keys}
+    if resume and path.exists():
+        before = json.loads(path.read_text())
+        diff = [f"--{k.replace('_', '-')} {before.get(k)!r} there, {v!r} now" for k, v in now.items() if before.get(k) != v]
+        if diff:
+            raise SystemExit(f"error: {out} holds a run with other settings ({'; '.join(diff)}): resume it with its "
+                             "own settings, or choose another --out")
+        return
+    path.write_text(json.dumps(now, indent=1))
+
+
+class _Renamed(argparse.Action):
+    def __init__(self, option_strings, dest, message, **kwargs):
+        super().__init__(option_strings, dest, nargs="?", help=argparse.SUPPRESS)
+        self.message = message
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error(f"{option_string} {self.message}")
+
+
+def renamed(parser, old: str, message: str) -> None:
+    """A flag that was renamed or changed: using it stops with `message` (the new name and why), never
+    with a silently different meaning."""
+    parser.add_argument(old, action=_Renamed, message=message, dest=f"_renamed_{old.strip('-').replace('-', '_')}")

@@ -1,0 +1,142 @@
+"""The demo's closing summary (demo.sh ends with it): held-out Pass@1 before and after training, the
+paired change with its standard error, the training reward's rise, the learning figure.
+
+    python -m cobalt_min.demo_summary demo_out
+"""
+
+from cobalt_min.metrics import paired_change, pass1_se_per_turn, plot_pass_at_1
+
+
+def reward_trend(steps: list[dict]) -> dict:
+    """Mean training reward over the first and the last quarter of the steps, and the difference."""
+    rewards = [m["reward_mean"] for m in steps]
+    q = max(1, len(rewards) // 4)
+    first, last = sum(rewards[:q]) / q, sum(rewards[-q:]) / q
+    return {"steps": len(rewards), "quarter": q, "first_quarter": first, "last_quarter": last, "rise": last - first}
+
+
+def plot_learning(steps: list[dict], before: dict, after: dict, path, se_before=None, se_after=None) -> bool:
+    """Two panels: the training reward per step (and its moving mean); held-out Pass@1 per turn before
+    and after training (error bars: standard error over problems). False without matplotlib."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print(f"matplotlib is not installed: skipping {path} (pip install matplotlib)")
+        return False
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
+    x = [m["step"] for m in steps]
+    r = [m["reward_mean"] for m in steps]
+    left.plot(x, r, marker="o", alpha=0.6, label="mean reward of the step")
+    w = max(2, len(r) // 4)  # a quarter of the run, as the first/last-quarter comparison
+    if len(r) >= 2 * w:
+        moving = [sum(r[max(0, i - w + 1):i + 1]) / len(r[max(0, i - w + 1):i + 1]) for i in range(len(r))]
+        left.plot(x, moving, linewidth=2, label=f"moving mean ({w} steps)")
+    left.set_xlabel("GRPO step")
+    left.set_ylabel("training reward")
+    left.set_title("Training reward (its whole range, [-1, 1])")
+    left.set_ylim(-1.05, 1.05)
+    left.grid(alpha=0.3)
+    left.legend(fontsize=8)
+    for label, s, se in (("before training", before, se_before), ("after training", after, se_after)):
+        turns = range(len(s["pass@1"]))
+        right.errorbar(turns, s["pass@1"], yerr=se, marker="o", capsize=3, label=label)
+    right.set_xticks(list(range(len(before["pass@1"]))))
+    right.set_ylim(0, 100)
+    right.set_xlabel("turn")
+    right.set_ylabel("Pass@1 (%)")
+    right.set_title("Held-out Pass@1 per turn (bars: standard error)")
+    right.grid(alpha=0.3)
+    right.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def runs_table(summaries: dict) -> list[str]:
+    """Lines of a table with one column per run: Pass@1 per turn, then the mean share of tests passed."""
+    n_turns = max(len(s["pass@1"]) for s in summaries.values())
+    some = next(iter(summaries.values()))
+
+    def rows(key):
+        return [f"{t:>4}  " + "  ".join(f"{s[key][t]:17.2f}" if t < len(s.get(key, [])) else f"{'':>17}"
+                                        for s in summaries.values()) for t in range(n_turns)]
+    return ([f"{'turn':>4}  " + "  ".join(f"{k:>17}" for k in summaries)] + rows("pass@1")
+            + [f"({some['problems']} held-out problems x {some['samples']} samples)",
+               "mean share of tests passed (%) by the current program (partial credit):"]
+            + rows("mean_test_pass_rate"))
+
+
+def demo_summary(out) -> str:
+    """The demo's closing report: held-out Pass@1 per turn before/after training (and with perturbed
+    feedback), the paired change over problems with its standard error, the training reward's rise from
+    the first to the last quarter of the steps, and where the files are. Writes OUT/learning.png
+    (reward per step; Pass@1 per turn before/after) and OUT/pass_at_1_demo.png."""
+    import json
+    from pathlib import Path
+
+    from cobalt_min.jsonl import read_jsonl
+    out = Path(out)
+    runs = {"before": out / "eval_before", "after": out / "eval_after", "after, perturbed": out / "eval_after_ptb",
+            "before, perturbed": out / "eval_before_ptb"}
+    summaries = {k: json.loads((d / "summary.json").read_text()) for k, d in runs.items() if (d / "summary.json").exists()}
+    lines = ["", "=" * 72, "COBALT demo: held-out Pass@1 (%) per turn", "=" * 72]
+    if summaries:
+        lines += runs_table(summaries)
+        plot_pass_at_1({k: s["pass@1"] for k, s in summaries.items()}, out / "pass_at_1_demo.png",
+                       title="Held-out Pass@1, before and after COBALT")
+    records = {k: read_jsonl(runs[k] / "trajectories.jsonl") for k in ("before", "after")
+               if (runs[k] / "trajectories.jsonl").exists()}
+    result = {}
+    if len(records) == 2 and "before" in summaries:
+        n_turns = len(summaries["before"]["pass@1"])
+        change = paired_change(records["before"], records["after"], n_turns)
+        result["pass1_change"] = change
+        lines.append("")
+        lines.append(f"Pass@1 averaged over the {n_turns} turns, paired over {change['problems']} problems: "
+                     f"{change['before']:.1f} -> {change['after']:.1f}, change {change['change']:+.1f} points "
+                     f"(standard error {change['se']:.1f}; {change['improved']} problems better, {change['worse']} worse)")
+    steps = read_jsonl(out / "train" / "metrics.jsonl")
+    if steps:
+        trend = reward_trend(steps)
+        result["reward_trend"] = trend
+        lines.append(f"training reward: first quarter ({trend['quarter']} steps) {trend['first_quarter']:+.3f}, last "
+                     f"quarter {trend['last_quarter']:+.3f}: {trend['rise']:+.3f}")
+        lines.append("")
+        lines.append("training: step, mean reward, pass rate of sampled programs, share without code")
+        for m in steps:
+            lines.append(f"  step {m['step']:>3}: reward {m['reward_mean']:+.3f}  pass rate {m['pass_rate']:.3f}  "
+                         f"no code {m['no_code']:.2f}")
+        if len(records) == 2:
+            n_turns = len(summaries["before"]["pass@1"])
+            plot_learning(steps, summaries["before"], summaries["after"], out / "learning.png",
+                          pass1_se_per_turn(records["before"], n_turns), pass1_se_per_turn(records["after"], n_turns))
+    if result:
+        (out / "learning.json").write_text(json.dumps(result, indent=2))
+    stats = out / "collect" / "stats.json"
+    if stats.exists():
+        st = json.loads(stats.read_text())
+        lines.append(f"collection: {st['problems']} problems, {st['dropped_all_pass']} dropped (all first programs "
+                     f"pass), {st['trajectories_kept']} trajectories kept, {st['contexts']} contexts")
+    lines.append("")
+    lines.append("files:")
+    for name in ["eval_before/summary.json", "eval_before/trajectories.jsonl", "collect/raw.jsonl",
+                 "collect/contexts.jsonl", "collect/perturbed_contexts.jsonl", "train/metrics.jsonl", "train/final",
+                 "eval_after/summary.json", "eval_after_ptb/hacking_report.json", "learning.png", "learning.json",
+                 "pass_at_1_demo.png"]:
+        if (out / name).exists():
+            lines.append(f"  {out / name}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    import sys
+    from pathlib import Path
+    if len(sys.argv) != 2:
+        raise SystemExit("usage: python -m cobalt_min.demo_summary DEMO_OUT_DIR")
+    if not (Path(sys.argv[1]) / "eval_before" / "summary.json").exists():
+        raise SystemExit(f"error: {sys.argv[1]} is not a demo's output folder (no eval_before/summary.json): this "
+                         "summarises what demo.sh wrote; python -m cobalt_min.report makes a page of any runs")
+    print(demo_summary(sys.argv[1]))

@@ -1,0 +1,119 @@
+"""Bad input, script by script: each row is a mistake a new user makes and what the script must answer (a
+non-zero exit and one line naming the flag or file and what is wrong), before any model loads. Scripts
+are called in this process (their main), so the whole table takes seconds."""
+import importlib
+import json
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+TRAIN = ["--model", "m", "--contexts", "c.jsonl", "--out", "o"]
+EVAL = ["--model", "m", "--problems", "demo", "--out", "o"]
+COLLECT = ["--model", "m", "--problems", "demo", "--out", "o"]
+
+# (script, arguments, message fragment). The argument under test comes last, so it overrides the defaults.
+BAD = [
+    ("train", TRAIN + ["--temperature", "0"], "--temperature: 0 is not in (0, infinity)"),
+    ("train", TRAIN + ["--temperature", "-1"], "--temperature"),
+    ("train", TRAIN + ["--top-p", "1.5"], "--top-p: 1.5 is not in (0, 1]"),
+    ("train", TRAIN + ["--max-steps", "0"], "--max-steps: 0 is not in [1, infinity)"),
+    ("train", TRAIN + ["--group-size", "1"], "--group-size: 1 is not in [2, infinity)"),
+    ("train", TRAIN + ["--mini-batches", "0"], "--mini-batches"),
+    ("train", TRAIN + ["--batch-size", "0"], "--batch-size"),
+    ("train", TRAIN + ["--micro-batch-size", "0"], "--micro-batch-size"),
+    ("train", TRAIN + ["--save-every", "0"], "--save-every"),
+    ("train", TRAIN + ["--lr", "-1"], "--lr: -1 is not in (0, infinity)"),
+    ("train", TRAIN + ["--lr", "abc"], "--lr: 'abc' is not a number"),
+    ("train", TRAIN + ["--kl-coef", "nan"], "--kl-coef"),
+    ("train", TRAIN + ["--perturbed-fraction", "1"], "--perturbed-fraction"),
+    ("evaluate", EVAL + ["--turns", "0"], "--turns: 0 is not in [1, infinity)"),
+    ("evaluate", EVAL + ["--top-p", "1.5"], "--top-p"),
+    ("evaluate", EVAL + ["--temperature", "-1"], "--temperature"),
+    ("evaluate", EVAL + ["--samples", "0"], "--samples"),
+    ("evaluate", EVAL + ["--batch-problems", "0"], "--batch-problems"),
+    ("collect", COLLECT + ["--turns", "0"], "--turns"),
+    # One name per idea: a flag that meant something else in this script stops with its new name.
+    ("evaluate", EVAL + ["--batch-size", "8"], "--batch-size is now --gen-batch-size"),
+    ("evaluate", EVAL + ["--split", "test"], "--split is now --problem-split"),
+    ("collect", COLLECT + ["--batch-size", "8"], "--batch-size is now --gen-batch-size"),
+    ("perturb", ["tests", "--problems", "demo", "--out", "y.jsonl", "--split", "test"], "--split is now --problem-split"),
+    ("cobalt_min.problems", ["show", "demo", "--split", "test"], "--split is now --problem-split"),
+    ("collect", COLLECT + ["--trajectories", "0"], "--trajectories"),
+    ("perturb", ["augment", "--trajectories", "MISSING.jsonl", "--problems", "demo", "--out", "x.jsonl"],
+     "--trajectories: MISSING.jsonl does not exist"),
+    ("cobalt_min.sandbox", ["p.py", "t.json", "--timeout", "0"], "--timeout"),
+    ("cobalt_min.sandbox", ["p.py", "t.json", "--memory-mb", "0"], "--memory-mb"),
+    # A mistyped local path is not tried as a hub id (a minute of retries, then an unrelated error).
+    ("evaluate", ["--model", "runs/final", "--problems", "demo", "--out", "o"], "--model: runs/final does not exist"),
+    ("train", ["--model", "./smol", "--contexts", "c.jsonl", "--out", "o"], "--model: ./smol does not exist"),
+    ("evaluate", ["--model", "m", "--problems", "data/x.jsonl", "--out", "o"], "--problems: data/x.jsonl does not exist"),
+]
+
+
+def run_main(module: str, argv: list, capsys) -> tuple[int, str]:
+    mod = importlib.import_module(module)
+    with pytest.raises(SystemExit) as e:
+        mod.main(argv)
+    return e.value.code, capsys.readouterr().err + (e.value.code if isinstance(e.value.code, str) else "")
+
+
+@pytest.mark.parametrize("module, argv, message", BAD, ids=[f"{m} {' '.join(a[-2:])}" for m, a, _ in BAD])
+def test_bad_values_are_refused_at_parse_time(module, argv, message, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "c.jsonl").write_text("")
+    (tmp_path / "runs").mkdir()  # (a user's runs/ folder, without runs/final; data/ does not exist)
+    (tmp_path / "x.jsonl").write_text("")
+    code, err = run_main(module, argv, capsys)
+    assert code not in (0, None) and message in err, err
+    assert "Traceback" not in err
+
+
+def test_outputs_that_would_overwrite_inputs_or_each_other(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "p.jsonl").write_text("")
+    code, err = run_main("cobalt_min.problems", ["split", "demo", "--heldout", "2", "--train-out", "a.jsonl",
+                                                 "--heldout-out", "a.jsonl"], capsys)
+    assert code == 2 and "--train-out and --heldout-out are the same file" in err
+    code, err = run_main("cobalt_min.problems", ["split", "p.jsonl", "--heldout", "2", "--train-out", "p.jsonl",
+                                                 "--heldout-out", "b.jsonl"], capsys)
+    assert code == 2 and "source and --train-out are the same file" in err
+    code, err = run_main("perturb", ["tests", "--problems", "p.jsonl", "--out", "p.jsonl"], capsys)
+    assert code == 2 and "--problems and --out are the same file" in err
+    (tmp_path / "folder").mkdir()
+    code, err = run_main("perturb", ["tests", "--problems", "demo", "--out", "folder"], capsys)
+    assert code == 2 and "--out: folder is a folder" in err
+    (tmp_path / "afile").write_text("x")
+    code, err = run_main("evaluate", ["--model", "m", "--problems", "demo", "--out", "afile/run"], capsys)
+    assert code == 2 and "afile is a file, not a folder" in err
+
+
+def test_a_resume_with_other_settings_is_refused(capsys, tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "trajectories.jsonl").write_text(json.dumps({"problem_id": "x", "samples": []}) + "\n")
+    import evaluate
+    args = evaluate.parse_args(["--model", "m", "--problems", "demo", "--out", str(out), "--samples", "4"])
+    (out / "settings.json").write_text(json.dumps({k: getattr(args, k) for k in evaluate.SETTINGS}))
+    code, err = run_main("evaluate", ["--model", "m", "--problems", "demo", "--out", str(out), "--samples", "2",
+                                      "--turns", "3", "--resume"], capsys)
+    assert "--samples 4 there, 2 now" in str(code) and "--turns 9 there, 3 now" in str(code)
+
+
+def test_other_stages_files_and_non_demo_folders(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COBALT_SANDBOX_ISOLATION", "process")
+    (tmp_path / "contexts.jsonl").write_text(json.dumps({"messages": [], "prev_best": 0}) + "\n")
+    code, err = run_main("perturb", ["augment", "--trajectories", "contexts.jsonl", "--problems", "demo",
+                                     "--out", "x.jsonl"], capsys)
+    assert "contexts.jsonl line 1 lacks ['problem_id', 'samples']: is it collect.py's raw.jsonl?" in str(code)
+    code, err = run_main("perturb", ["judge", "--cases", "contexts.jsonl", "--api-base", "x", "--api-model", "y"],
+                         capsys)
+    assert "is it `perturb.py analyze`'s hacking_candidates.jsonl?" in str(code)
+    import subprocess
+    proc = subprocess.run([sys.executable, "-m", "cobalt_min.demo_summary", str(tmp_path)], capture_output=True,
+                          text=True, cwd=ROOT)
+    assert proc.returncode != 0 and "is not a demo's output folder" in proc.stderr
