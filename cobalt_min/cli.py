@@ -140,7 +140,7 @@ def record_settings(out, args, keys: tuple, resume: bool) -> None:
 
 class _Renamed(argparse.Action):
     def __init__(self, option_strings, dest, message, **kwargs):
-        super().__init__(option_strings, dest, nargs="?", help=argparse.SUPPRESS)
+        super().__init__(option_strings, dest, nargs="?", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
         self.message = message
 
     def __call__(self, parser, namespace, values, option_string=None):

@@ -1,5 +1,6 @@
 """The demo's closing summary (demo.sh ends with it): held-out Pass@1 before and after training, the
-paired change with its standard error, the training reward's rise, the learning figure.
+paired change with its standard error, the training reward's rise, the learning figure, and where the
+time went (each step of demo.sh; train.py's phases).
 
     python -m cobalt_min.demo_summary demo_out
 """
@@ -69,6 +70,37 @@ def runs_table(summaries: dict) -> list[str]:
             + rows("mean_test_pass_rate"))
 
 
+def step_seconds(out) -> dict:
+    """Seconds per demo step from OUT/step_seconds.tsv (demo.sh appends `step<TAB>seconds` as each step
+    finishes; a step run in parts, interrupted then resumed, is summed), in the order the steps ran."""
+    from pathlib import Path
+    path = Path(out) / "step_seconds.tsv"
+    seconds = {}
+    if path.exists():
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            name, _, value = line.partition("\t")
+            if not value.strip().isdigit():
+                raise ValueError(f"{path} line {n} is not `step<TAB>seconds`: {line!r}")
+            seconds[name] = seconds.get(name, 0) + int(value)
+    return seconds
+
+
+def train_phase_seconds(steps: list[dict]) -> dict:
+    """train.py's own phases summed over the steps (metrics.jsonl): sampling, running programs in the
+    sandbox, log-probs, the update, the weight sync, and whole steps."""
+    keys = ("generate_s", "execute_s", "logprob_s", "update_s", "sync_s", "step_s")
+    return {k: round(sum(m.get(k, 0.0) for m in steps), 1) for k in keys if any(k in m for m in steps)}
+
+
+def time_lines(steps_s: dict, train_s: dict) -> list[str]:
+    """Where the demo's time went: each step, then the training step's phases."""
+    lines = ["time per step (s): " + ", ".join(f"{k} {v}" for k, v in steps_s.items())
+             + f"; total {sum(steps_s.values())}"] if steps_s else []
+    if train_s:
+        lines.append("training phases summed over steps (s): " + ", ".join(f"{k[:-2]} {v}" for k, v in train_s.items()))
+    return lines
+
+
 def demo_summary(out) -> str:
     """The demo's closing report: held-out Pass@1 per turn before/after training (and with perturbed
     feedback), the paired change over problems with its standard error, the training reward's rise from
@@ -113,6 +145,10 @@ def demo_summary(out) -> str:
             n_turns = len(summaries["before"]["pass@1"])
             plot_learning(steps, summaries["before"], summaries["after"], out / "learning.png",
                           pass1_se_per_turn(records["before"], n_turns), pass1_se_per_turn(records["after"], n_turns))
+    times = {"step_seconds": step_seconds(out), "train_phase_seconds": train_phase_seconds(steps)}
+    if any(times.values()):
+        result.update(times)
+        lines += [""] + time_lines(times["step_seconds"], times["train_phase_seconds"])
     if result:
         (out / "learning.json").write_text(json.dumps(result, indent=2))
     stats = out / "collect" / "stats.json"

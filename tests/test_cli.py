@@ -117,3 +117,16 @@ def test_other_stages_files_and_non_demo_folders(capsys, tmp_path, monkeypatch):
     proc = subprocess.run([sys.executable, "-m", "cobalt_min.demo_summary", str(tmp_path)], capture_output=True,
                           text=True, cwd=ROOT)
     assert proc.returncode != 0 and "is not a demo's output folder" in proc.stderr
+
+
+def test_renamed_flags_leave_no_trace_in_the_settings(capsys):
+    """An old flag is only a message: it is not an option in --help nor a value in the run's arguments."""
+    import collect
+    import evaluate
+    for mod, argv in ((evaluate, EVAL), (collect, COLLECT)):
+        args = mod.parse_args(argv)
+        assert not [k for k in vars(args) if "renamed" in k], vars(args)
+        with pytest.raises(SystemExit):
+            mod.parse_args(["--help"])
+        shown = capsys.readouterr().out
+        assert "--gen-batch-size" in shown and "--batch-size " not in shown and "renamed" not in shown

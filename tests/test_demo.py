@@ -47,6 +47,22 @@ def test_shortened_demo_produces_every_artefact(tmp_path):
     change = learning["pass1_change"]
     assert change["problems"] == 2 and abs(change["change"] - (change["after"] - change["before"])) < 1e-9
     assert learning["reward_trend"]["steps"] == 2 and "demo run time" in proc.stdout
+    # Where the time went: every step that ran, and train.py's phases summed over its steps.
+    assert list(learning["step_seconds"]) == ["model", "evaluate_before", "collect", "augment", "train",
+                                              "evaluate_after", "evaluate_after_perturbed", "analyze"]
+    assert learning["step_seconds"]["train"] > 0 and "time per step (s): model" in proc.stdout
+    phases = learning["train_phase_seconds"]
+    assert phases["step_s"] == round(sum(m["step_s"] for m in steps), 1) and phases["update_s"] > 0
+    # A rerun of the finished folder with the same settings redoes nothing and keeps the first times.
+    again = subprocess.run(["bash", os.path.join(ROOT, "demo.sh")], capture_output=True, text=True, env=env,
+                           cwd=ROOT, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    rerun = json.loads((out / "learning.json").read_text())["step_seconds"]
+    assert all(rerun[k] == learning["step_seconds"][k] for k in ("model", "evaluate_before", "train", "evaluate_after"))
+    # ... and with other settings it refuses the folder instead of printing the old results.
+    other = subprocess.run(["bash", os.path.join(ROOT, "demo.sh")], capture_output=True, text=True,
+                           env=dict(env, STEPS="3"), cwd=ROOT, timeout=120)
+    assert other.returncode == 2 and "holds a run with other settings (was: STEPS=2" in other.stderr
     page = (out / "report.html").read_text()
     for label in ("eval_before", "eval_after", "eval_after_ptb", "reward_mean"):
         assert f'data-label="{label}"' in page, label
