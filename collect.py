@@ -99,7 +99,7 @@ SETTINGS = ("model", "thinking", "problems", "problem_split", "limit", "trajecto
 
 def main(argv=None):
     args = parse_args(argv)
-    with cli.interrupt_message("every finished problem is in --out's raw.jsonl", cli.command_line()):
+    with cli.interrupt_message("every finished problem is in --out's raw.jsonl", cli.command_line(__file__, argv)):
         collect(args)
 
 

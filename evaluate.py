@@ -93,7 +93,8 @@ SETTINGS = ("model", "thinking", "problems", "problem_split", "lcb_version", "st
 
 def main(argv=None):
     args = parse_args(argv)
-    with cli.interrupt_message("every finished batch of problems is in --out's trajectories.jsonl", cli.command_line()):
+    kept = "every finished batch of --batch-problems problems is in --out's trajectories.jsonl (the one in progress is redone)"
+    with cli.interrupt_message(kept, cli.command_line(__file__, argv)):
         evaluate(args)
 
 

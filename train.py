@@ -664,7 +664,7 @@ SETTINGS = ("method", "model", "thinking", "dtype", "fsdp", "contexts", "perturb
 
 def main(argv=None):
     args = parse_args(argv)
-    with cli.interrupt_message("the run keeps its last checkpoint in --out/checkpoints", cli.command_line()):
+    with cli.interrupt_message("the run keeps its last checkpoint in --out/checkpoints", cli.command_line(__file__, argv)):
         train(args)
 
 

@@ -7,6 +7,7 @@ import argparse
 import contextlib
 import math
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -113,12 +114,13 @@ def interrupt_message(kept: str, again: str):
         sys.exit(130)
 
 
-def command_line() -> str:
-    """The command this process was started with, for 'continue with' messages (with --resume added)."""
-    args = sys.argv[:]
+def command_line(script: str, argv=None) -> str:
+    """The command that continues this run, for Ctrl-C messages: `python SCRIPT ARGS --resume`, quoted
+    for a shell (argv: the arguments main() got; None: this process's own)."""
+    args = list(sys.argv[1:] if argv is None else argv)
     if "--resume" not in args:
         args.append("--resume")
-    return " ".join(["python"] + args)
+    return shlex.join(["python", os.path.relpath(script)] + args)
 
 
 def record_settings(out, args, keys: tuple, resume: bool) -> None:

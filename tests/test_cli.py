@@ -130,3 +130,29 @@ def test_renamed_flags_leave_no_trace_in_the_settings(capsys):
             mod.parse_args(["--help"])
         shown = capsys.readouterr().out
         assert "--gen-batch-size" in shown and "--batch-size " not in shown and "renamed" not in shown
+
+
+@pytest.mark.parametrize("module, function, argv, kept", [
+    ("evaluate", "evaluate", EVAL + ["--problems", "demo"], "every finished batch of --batch-problems problems"),
+    ("train", "train", TRAIN, "the run keeps its last checkpoint in --out/checkpoints"),
+    ("collect", "collect", COLLECT + ["--problems", "very easy.jsonl"], "every finished problem is in --out's raw.jsonl"),
+])
+def test_ctrl_c_says_what_was_kept_and_how_to_continue(module, function, argv, kept, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "c.jsonl").write_text("")
+    (tmp_path / "very easy.jsonl").write_text("")
+    mod = importlib.import_module(module)
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(mod, function, interrupted)
+    with pytest.raises(SystemExit) as e:
+        mod.main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 130 and err.count("\n") == 2 and "Traceback" not in err, err
+    assert f"interrupted: {kept}" in err
+    script = os.path.relpath(os.path.join(ROOT, module + ".py"))
+    command = err.split("continue with: ")[1].strip()
+    assert command.startswith(f"python {script} ") and command.endswith(" --resume")
+    if module == "collect":
+        assert "'very easy.jsonl'" in command  # quoted for a shell
