@@ -30,7 +30,7 @@ from cobalt_min.generation import find_smollm2_gguf, make_engine
 from cobalt_min.jsonl import append_jsonl, read_jsonl, write_jsonl
 from cobalt_min.problems import load_problems
 from cobalt_min.report import write_report
-from cobalt_min.rollout import rollout
+from cobalt_min.rollout import pending_batches, rollout
 from cobalt_min.sandbox import require_safe_sandbox
 from cobalt_min.trajectories import PROMPT_BUDGET, build_contexts
 
@@ -128,10 +128,7 @@ def collect(args):
                                  batch_size=args.gen_batch_size, tensor_parallel_size=args.tensor_parallel_size,
                                  gpu_memory_utilization=args.gpu_memory_utilization, seed=args.seed)
             bar = tqdm(total=len(problems), initial=len(problems) - len(todo_ids), desc="problems", unit="problem")
-            for start in range(0, len(problems), args.batch_problems):
-                batch = [p for p in problems[start:start + args.batch_problems] if p.id in todo_ids]
-                if not batch:
-                    continue
+            for start, batch in pending_batches(problems, todo_ids, args.batch_problems):
                 trajs, _ = rollout(batch, engine, samples=args.trajectories, feedback_turns=args.turns - 1,
                                    temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
                                    seed=args.seed + 1000 * start, thinking=args.thinking, timeout_s=args.timeout,

@@ -31,7 +31,7 @@ from cobalt_min.jsonl import append_jsonl, read_jsonl
 from cobalt_min.metrics import format_table, plot_pass_at_1, summarize
 from cobalt_min.problems import load_problems
 from cobalt_min.report import write_report
-from cobalt_min.rollout import rollout
+from cobalt_min.rollout import pending_batches, rollout
 from cobalt_min.sandbox import require_safe_sandbox
 
 
@@ -102,15 +102,10 @@ def roll_out(args, engine, problems: list, todo_ids: set, feedback_tests: dict, 
              traj_path: Path) -> dict:
     """The conversations of the problems not done yet, a batch of --batch-problems at a time, each
     problem's record appended to trajectories.jsonl as its batch finishes. Returns the seconds spent
-    generating and executing. Batches sit at fixed positions of the full problem list and are seeded by
-    that position, so a resumed run samples exactly what an uninterrupted one would (when the kill fell
-    between batches)."""
+    generating and executing. Each batch is seeded by its position (pending_batches)."""
     timings = {"generate_s": 0.0, "execute_s": 0.0}
     bar = tqdm(total=len(problems), initial=len(problems) - len(todo_ids), desc="problems", unit="problem")
-    for start in range(0, len(problems), args.batch_problems):
-        batch = [p for p in problems[start:start + args.batch_problems] if p.id in todo_ids]
-        if not batch:
-            continue
+    for start, batch in pending_batches(problems, todo_ids, args.batch_problems):
         trajs, t = rollout(batch, engine, samples=args.samples, feedback_turns=args.turns - 1,
                            temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
                            seed=args.seed + 1000 * start, thinking=args.thinking,

@@ -113,8 +113,8 @@ def method_flags(ap):
     g.add_argument("--problems", type=cli.source, default=None,
                    help="grpo-mt: the problems to roll out on (any source evaluate.py reads)")
     g.add_argument("--turns", type=cli.count, default=3,
-                   help="grpo-mt: programs per conversation, as collect.py counts "
-                   "them (default 3: the paper's training trajectories)")
+                   help="grpo-mt: programs per conversation, as collect.py counts them (default 3: the paper's "
+                        "training trajectories)")
     g.add_argument("--credit", default="outcome", choices=["outcome", "reward-to-go"],
                    help="grpo-mt: the return of a turn: the last program's reward (default) or the sum of the "
                         "rewards from that turn on (cobalt_min/grpo_mt.py)")
@@ -704,9 +704,9 @@ def start_run(args):
     return accelerator, mixed, model_path, use_vllm, log
 
 
-def training_data(args, tokenizer, log) -> tuple[list, list, int, int]:
+def training_data(args, tokenizer, log) -> tuple[list, list, int, int, int]:
     """(what the steps draw from: contexts for COBALT, problems for GRPO-MT; validation contexts; contexts
-    dropped as too long; steps in all)."""
+    dropped as too long; steps per epoch; steps in all)."""
     if args.method == "cobalt":
         data, val_contexts = load_training_contexts(args, log)
         prompt_tokens = lambda messages: len(chat_prompt_ids(tokenizer, messages, args.thinking))  # noqa: E731
@@ -725,7 +725,7 @@ def training_data(args, tokenizer, log) -> tuple[list, list, int, int]:
         f"{args.group_size} conversations of {args.turns} programs (GRPO-MT, credit: {args.credit})"
     log(f"{total_steps} steps of {args.batch_size} {unit} x {per_item}; each epoch leaves out "
         f"{len(data) % args.batch_size} {unit} (the last partial batch, as the authors)")
-    return data, val_contexts, too_long, total_steps
+    return data, val_contexts, too_long, steps_per_epoch, total_steps
 
 
 def resume_run(args, learner: Learner, log) -> int:
@@ -751,8 +751,7 @@ def train(args):
     out, main_process, world = Path(args.out), accelerator.is_main_process, accelerator.num_processes
     dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32}[args.dtype]
     tokenizer, policy = load_model(model_path, dtype=dtype, trainable=True)
-    data, val_contexts, too_long, total_steps = training_data(args, tokenizer, log)
-    steps_per_epoch = len(data) // args.batch_size
+    data, val_contexts, too_long, steps_per_epoch, total_steps = training_data(args, tokenizer, log)
     workers = args.workers or max(1, (os.cpu_count() or 1) // world)
     learner = make_learner(args, accelerator, model_path, use_vllm, tokenizer, policy,
                            torch.bfloat16 if mixed == "bf16" else dtype, workers)
@@ -806,6 +805,7 @@ def train(args):
     if hasattr(learner.engine, "close"):
         learner.engine.close()
     accelerator.end_training()
+
 
 if __name__ == "__main__":
     main()

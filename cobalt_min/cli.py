@@ -5,6 +5,7 @@ other; local paths told apart from hub ids; and Ctrl-C turned into one line sayi
 
 import argparse
 import contextlib
+import json
 import math
 import os
 import shlex
@@ -127,7 +128,6 @@ def record_settings(out, args, keys: tuple, resume: bool) -> None:
     """The settings that decide what a run writes, kept in OUT/settings.json. A --resume with other values
     is refused, naming each difference (the finished rows of two settings would otherwise be mixed and
     the summary claim one of them); a new run records them. keys: the argparse names that must match."""
-    import json
     path = Path(out) / "settings.json"
     now = {k: getattr(args, k) for k in keys}
     if resume and path.exists():

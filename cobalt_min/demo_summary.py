@@ -5,6 +5,11 @@ time went (each step of demo.sh; train.py's phases).
     python -m cobalt_min.demo_summary demo_out
 """
 
+import json
+import sys
+from pathlib import Path
+
+from cobalt_min.jsonl import read_jsonl
 from cobalt_min.metrics import paired_change, pass1_se_per_turn, plot_pass_at_1
 
 
@@ -73,7 +78,6 @@ def runs_table(summaries: dict) -> list[str]:
 def step_seconds(out) -> dict:
     """Seconds per demo step from OUT/step_seconds.tsv (demo.sh appends `step<TAB>seconds` as each step
     finishes; a step run in parts, interrupted then resumed, is summed), in the order the steps ran."""
-    from pathlib import Path
     path = Path(out) / "step_seconds.tsv"
     seconds = {}
     if path.exists():
@@ -106,10 +110,6 @@ def demo_summary(out) -> str:
     feedback), the paired change over problems with its standard error, the training reward's rise from
     the first to the last quarter of the steps, and where the files are. Writes OUT/learning.png
     (reward per step; Pass@1 per turn before/after) and OUT/pass_at_1_demo.png."""
-    import json
-    from pathlib import Path
-
-    from cobalt_min.jsonl import read_jsonl
     out = Path(out)
     runs = {"before": out / "eval_before", "after": out / "eval_after", "after, perturbed": out / "eval_after_ptb",
             "before, perturbed": out / "eval_before_ptb"}
@@ -141,8 +141,7 @@ def demo_summary(out) -> str:
         for m in steps:
             lines.append(f"  step {m['step']:>3}: reward {m['reward_mean']:+.3f}  pass rate {m['pass_rate']:.3f}  "
                          f"no code {m['no_code']:.2f}")
-        if len(records) == 2:
-            n_turns = len(summaries["before"]["pass@1"])
+        if "pass1_change" in result:
             plot_learning(steps, summaries["before"], summaries["after"], out / "learning.png",
                           pass1_se_per_turn(records["before"], n_turns), pass1_se_per_turn(records["after"], n_turns))
     times = {"step_seconds": step_seconds(out), "train_phase_seconds": train_phase_seconds(steps)}
@@ -168,8 +167,6 @@ def demo_summary(out) -> str:
 
 
 if __name__ == "__main__":
-    import sys
-    from pathlib import Path
     if len(sys.argv) != 2:
         raise SystemExit("usage: python -m cobalt_min.demo_summary DEMO_OUT_DIR")
     if not (Path(sys.argv[1]) / "eval_before" / "summary.json").exists():
