@@ -59,6 +59,9 @@ def parse_args(argv=None):
     g.add_argument("--temperature", type=cli.non_negative, default=0.6, help="default 0.6")
     g.add_argument("--top-p", type=cli.probability, default=0.95, help="default 0.95")
     g.add_argument("--max-new-tokens", type=cli.count, default=8192, help="default 8192")
+    g.add_argument("--stop-after-code", action="store_true", help="end a response with the token that closes its first complete fenced code block (the transformers "
+                   "engine only; the demo's setting: a small model's text after the code fills the token "
+                   "limit); default: until EOS or --max-new-tokens")
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--timeout", type=cli.positive, default=4.0, help="seconds per test (default 4)")
     g.add_argument("--workers", type=cli.count, default=None, help="sandbox workers (default: one per CPU)")
@@ -94,7 +97,7 @@ def token_counter(path: str, thinking: bool):
 
 # What decides the trajectories a collection writes: a --resume must keep them (cli.record_settings).
 SETTINGS = ("model", "thinking", "problems", "problem_split", "limit", "trajectories", "turns", "temperature", "top_p",
-            "max_new_tokens", "seed", "timeout")
+            "max_new_tokens", "stop_after_code", "seed", "timeout")
 
 
 def main(argv=None):
@@ -126,7 +129,8 @@ def collect(args):
         if todo_ids:
             engine = make_engine(args.engine, model, thinking=args.thinking, dtype=args.dtype,
                                  batch_size=args.gen_batch_size, tensor_parallel_size=args.tensor_parallel_size,
-                                 gpu_memory_utilization=args.gpu_memory_utilization, seed=args.seed)
+                                 gpu_memory_utilization=args.gpu_memory_utilization, seed=args.seed,
+                             stop_after_code=args.stop_after_code)
             bar = tqdm(total=len(problems), initial=len(problems) - len(todo_ids), desc="problems", unit="problem")
             for start, batch in pending_batches(problems, todo_ids, args.batch_problems):
                 trajs, _ = rollout(batch, engine, samples=args.trajectories, feedback_turns=args.turns - 1,

@@ -68,6 +68,9 @@ def parse_args(argv=None):
     g.add_argument("--temperature", type=cli.non_negative, default=0.6, help="default 0.6")
     g.add_argument("--top-p", type=cli.probability, default=0.95, help="default 0.95")
     g.add_argument("--max-new-tokens", type=cli.count, default=8192, help="per response (default 8192)")
+    g.add_argument("--stop-after-code", action="store_true", help="end a response with the token that closes its first complete fenced code block (the transformers "
+                   "engine only; the demo's setting: a small model's text after the code fills the token "
+                   "limit); default: until EOS or --max-new-tokens")
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--stop-on-public-pass", action="store_true",
                    help="stop a conversation once its program passes all public tests (the paper does not)")
@@ -88,7 +91,7 @@ def parse_args(argv=None):
 
 # What decides the trajectories an evaluation writes: a --resume must keep them (cli.record_settings).
 SETTINGS = ("model", "thinking", "problems", "problem_split", "lcb_version", "start_date", "end_date", "limit", "turns", "samples", "temperature", "top_p",
-            "max_new_tokens", "seed", "stop_on_public_pass", "timeout", "perturbed", "perturb_seed")
+            "max_new_tokens", "stop_after_code", "seed", "stop_on_public_pass", "timeout", "perturbed", "perturb_seed")
 
 
 def main(argv=None):
@@ -154,7 +157,8 @@ def evaluate(args):
     if todo:
         engine = make_engine(args.engine, model, thinking=args.thinking, dtype=args.dtype,
                              batch_size=args.gen_batch_size, tensor_parallel_size=args.tensor_parallel_size,
-                             gpu_memory_utilization=args.gpu_memory_utilization, seed=args.seed)
+                             gpu_memory_utilization=args.gpu_memory_utilization, seed=args.seed,
+                             stop_after_code=args.stop_after_code)
 
     # ------------------------------------------------------------------ roll out, a batch of problems at a time
     timings = roll_out(args, engine, problems, {p.id for p in todo}, feedback_tests, perturbed_info, traj_path)

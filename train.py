@@ -49,10 +49,10 @@ from tqdm.auto import tqdm
 
 from cobalt_min import cli
 from cobalt_min.checkpoint import resume, save_checkpoint, save_final_policy
-from cobalt_min.generation import (HFEngine, VLLMEngine, chat_prompt_ids, engine_kind, find_smollm2_gguf, load_model,
-                                   request_seeds)
+from cobalt_min.generation import (HFEngine, VLLMEngine, chat_prompt_ids, check_stop_rule, engine_kind, find_smollm2_gguf,
+                                   load_model, request_seeds)
 from cobalt_min.grpo import group_advantages, policy_loss
-from cobalt_min.logprobs import LogprobModel, SequenceBatch, pack_groups
+from cobalt_min.logprobs import LogprobModel, SequenceBatch, enable_checkpointing, pack_groups
 from cobalt_min.jsonl import append_jsonl, read_jsonl, write_jsonl
 from cobalt_min.prompts import extract_code
 from cobalt_min.report import write_report
@@ -94,7 +94,9 @@ def model_flags(ap):
                         "for models whose weights and optimizer state do not fit one device (Qwen3-8B on 80 GB); "
                         "the sampler then holds its own copy, updated after each step. Default: DDP through "
                         "Accelerate (a full copy per rank)")
-    g.add_argument("--gradient-checkpointing", action="store_true", help="trade compute for activation memory")
+    g.add_argument("--gradient-checkpointing", action="store_true",
+                   help="trade compute for activation memory: each decoder layer keeps its input and runs again in "
+                        "backward (a context's prompt is still run once for its G programs)")
     g.add_argument("--engine", default="auto", choices=["auto", "vllm", "hf"],
                    help="sampler: vLLM (weights pushed after each update) or transformers (the policy itself)")
     g.add_argument("--vllm-gpu-memory-utilization", type=cli.probability, default=0.3,
@@ -137,6 +139,9 @@ def sampling_flags(ap):
     g.add_argument("--temperature", type=cli.positive, default=1.0, help="default 1.0")
     g.add_argument("--top-p", type=cli.probability, default=1.0, help="default 1.0")
     g.add_argument("--max-new-tokens", type=cli.count, default=6144, help="max response tokens (default 6144)")
+    g.add_argument("--stop-after-code", action="store_true", help="end a response with the token that closes its first complete fenced code block (the transformers "
+                   "engine only; the demo's setting: a small model's text after the code fills the token "
+                   "limit); default: until EOS or --max-new-tokens")
 
 
 def reward_flags(ap):
@@ -326,7 +331,7 @@ def make_learner(args, accelerator, model_path: str, use_vllm: bool, tokenizer, 
     """Wrap the policy for the ranks (DDP through Accelerate, or FSDP2 shards with --fsdp), make the frozen
     reference, AdamW at a constant learning rate (as the paper), the sampler, and choose the reward once."""
     if args.gradient_checkpointing:
-        policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        enable_checkpointing(policy)
     policy.config.use_cache = False
     frozen_copy = lambda: copy.deepcopy(policy).requires_grad_(False).eval().to(compute_dtype)  # noqa: E731
     # The reference policy: the initial weights, frozen, in the compute dtype (only with a KL term).
@@ -345,13 +350,14 @@ def make_learner(args, accelerator, model_path: str, use_vllm: bool, tokenizer, 
     optimizer = torch.optim.AdamW(wrapped.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     thinking = args.thinking
     if use_vllm:
+        check_stop_rule(args.stop_after_code)
         engine = VLLMEngine(model_path, thinking=thinking, seed=args.seed, dtype=compute_dtype,
                             gpu_memory_utilization=args.vllm_gpu_memory_utilization,
                             max_model_len=args.max_prompt_tokens + args.max_new_tokens)
     else:
         engine = HFEngine(model_path, model=sampler_lm if args.fsdp else accelerator.unwrap_model(wrapped).lm,
                           tokenizer=tokenizer, device=accelerator.device, thinking=thinking,
-                          batch_size=args.gen_batch_size)
+                          batch_size=args.gen_batch_size, stop_after_code=args.stop_after_code)
     accelerator.wait_for_everyone()  # every rank's engine is up before the first collective
     score = sanity_scores(args.sanity_reward_tokens) if args.sanity_reward_tokens else \
         cobalt_scores(args, token_counter(tokenizer), workers)
@@ -380,10 +386,14 @@ def contexts_for_step(contexts: list, step: int, steps_per_epoch: int, args, ran
 
 @contextlib.contextmanager
 def policy_sampling(learner: Learner):
-    """The engine samples with the current policy's weights: the policy in eval mode (and autocast)."""
+    """The engine samples with the current policy's weights: the policy in eval mode, in the update's
+    autocast on GPUs. On a CPU the sampler keeps float32 under --mixed-precision bf16: a decode step
+    multiplies a few rows by every weight, and there oneDNN's packed float32 kernels (packed_linears) are
+    about twice as fast as its bfloat16 ones, while the update's long matrices run 1.5x faster in bf16."""
     lm = learner.accelerator.unwrap_model(learner.policy).lm
     lm.eval()
-    with learner.accelerator.autocast():
+    cpu = learner.accelerator.device.type == "cpu"
+    with learner.accelerator.autocast() if not cpu else contextlib.nullcontext():
         yield
     lm.train()
 
@@ -656,9 +666,9 @@ def check_launch(args, mixed: str) -> None:
 
 # What decides the run: a --resume must keep them (cli.record_settings). Not here: --max-steps (a run may be
 # extended), --micro-batch-size (only the order of a sum), validation, checkpoint and logging settings.
-SETTINGS = ("method", "model", "thinking", "dtype", "fsdp", "contexts", "perturbed_contexts", "perturbed_fraction",
+SETTINGS = ("method", "model", "thinking", "dtype", "mixed_precision", "fsdp", "contexts", "perturbed_contexts", "perturbed_fraction",
             "problems", "turns", "credit", "max_prompt_tokens", "batch_size", "group_size", "temperature", "top_p",
-            "max_new_tokens", "timeout", "sanity_reward_tokens", "clip_low", "clip_high", "dual_clip", "kl_coef",
+            "max_new_tokens", "stop_after_code", "timeout", "sanity_reward_tokens", "clip_low", "clip_high", "dual_clip", "kl_coef",
             "kl_estimator", "agg", "adv_eps", "lr", "weight_decay", "grad_clip", "mini_batches", "epochs", "seed")
 
 
@@ -697,7 +707,7 @@ def start_run(args):
             raise SystemExit(f"error: {out} already holds a run: pass --resume to continue it, or choose another --out")
         cli.record_settings(out, args, SETTINGS, args.resume)
     world = accelerator.num_processes
-    log(f"on {world} process(es){' (FSDP)' if args.fsdp else ''}")
+    log(f"on {world} process(es){' (FSDP)' if args.fsdp else ''}, mixed precision {mixed}")
     if args.batch_size % (args.mini_batches * world):
         raise SystemExit(f"error: --batch-size {args.batch_size} must be divisible by --mini-batches x processes = "
                          f"{args.mini_batches} x {world} (each rank takes an equal share of every mini-batch)")

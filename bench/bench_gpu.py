@@ -80,10 +80,10 @@ def model_flops(model, batch, prompt, completion):
 
 def bench_update(name, device, vocab, batch, prompt, completion, checkpointing, repeats):
     from cobalt_min.grpo import policy_loss
-    from cobalt_min.logprobs import completion_logprobs, pack_groups
+    from cobalt_min.logprobs import completion_logprobs, enable_checkpointing, pack_groups
     model = build(name, device, vocab)
     if checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        enable_checkpointing(model)
     model.config.use_cache = False
     ref = copy.deepcopy(model).eval().requires_grad_(False)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-6, weight_decay=0.01)

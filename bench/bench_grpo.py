@@ -12,7 +12,7 @@
 3. With --vs-trl (only if the trl package is installed; never a requirement): train.py's GRPO step
    against TRL's GRPOTrainer at equal settings (SmolLM2-135M as a plain folder, 2 prompts x 4 samples
    x <= 128 new tokens, CPU, same clip / KL (k3, as TRL) / token-mean settings, the same execution-free
-   reward, gradient checkpointing off on both sides, then on on both). The sides sample different
+   reward, gradient checkpointing off on both sides, then on on both: --vs-trl-checkpointing). The sides sample different
    completions (different lengths), so time per completion token is compared; each side runs 3 steps
    in its own process (the first step is not counted), alternating over --vs-trl-rounds rounds;
    printed: the median ratio with its range and each side's peak RSS. Target: <= 0.5x TRL.
@@ -223,7 +223,7 @@ def vs_trl(args):
     targets = ",".join(map(str, digit_ids(AutoTokenizer.from_pretrained(model_dir))))
     g = VS_TRL["group"]
     report = {}
-    for checkpointing in (False, True):
+    for checkpointing in {"both": (False, True), "off": (False,), "on": (True,)}[args.vs_trl_checkpointing]:
         ours, theirs = [], []
         for r in range(args.vs_trl_rounds):  # alternate the two sides, so that the machine's drift hits both
             argv = ["--model", model_dir, "--contexts", ctx_path, "--out", os.path.join(work, f"ours-{checkpointing}-{r}"),
@@ -274,6 +274,8 @@ def main():
     ap.add_argument("--vs-trl-only", action="store_true", help="only the TRL comparison")
     ap.add_argument("--vs-trl-model", default=None, help="plain model folder for --vs-trl (default: convert SmolLM2)")
     ap.add_argument("--vs-trl-rounds", type=int, default=2, help="alternating rounds per setting (default 2)")
+    ap.add_argument("--vs-trl-checkpointing", choices=["both", "off", "on"], default="both",
+                    help="gradient checkpointing on both sides: off, on, or both settings one after the other (default)")
     args = ap.parse_args()
     if args.vs_trl_only:
         vs_trl(args)

@@ -13,10 +13,12 @@ What each phase holds on one rank (GB = 1e9 bytes):
   + two decoder layers gathered in bf16 (the one running and the one prefetched), + activations of one
   micro-batch: with --gradient-checkpointing each layer keeps its bf16 input (hidden size per token) and one
   layer's internals are alive at a time; without it every layer's internals are kept (about 34 x hidden
-  bytes per token and layer for a Llama/Qwen layer in bf16, a standard estimate). Under checkpointing each
-  row runs its own prompt (logprobs.completion_logprobs: the KV cache is not kept), so a micro-batch holds
-  micro-batch x (prompt + response) tokens; without it the prompt runs once for its rows. The LM head
-  adds one chunk of float32 logits (--logprob-chunk x vocabulary).
+  bytes per token and layer for a Llama/Qwen layer in bf16, a standard estimate). Either way a prompt runs
+  once for the rows that continue it (logprobs.completion_logprobs): a micro-batch of at most G rows holds
+  one prompt + micro-batch x response tokens, and under checkpointing each layer also keeps the prompt's
+  bf16 keys and values (the completions attend to them; the replay in backward reads them again), while
+  the replayed layer repeats them for its rows. The LM head adds one chunk of float32 logits
+  (--logprob-chunk x vocabulary).
 - weight sync: + one full float32 parameter at a time (sharding.full_weights); the largest is the embedding.
 What this leaves out: CUDA/NCCL workspace and the allocator's fragmentation (budget a few GB), the
 reference log-prob pass (no gradient: smaller than the update's).
@@ -56,11 +58,13 @@ def plan(cfg: dict, *, ranks: int, device_gb: float, vllm_share: float, prompt: 
     resident = master + adam + reference + vllm
     grads = 4 * n["total"] / ranks
     gathered_layers = 2 * 2 * n["layer"]
+    tokens = prompt + micro_batch * response  # one prompt, shared by the micro-batch's rows
     if checkpointing:
-        tokens = micro_batch * (prompt + response)
-        activations = tokens * h * 2 * layers + tokens * 34 * h  # layer inputs + one layer's internals
+        d = cfg.get("head_dim") or h // cfg["num_attention_heads"]
+        prompt_kv = prompt * 2 * cfg["num_key_value_heads"] * d * 2  # keys + values of one layer, bf16
+        activations = (tokens * h * 2 * layers + prompt_kv * layers  # each layer's input, the prompt's K/V
+                       + tokens * 34 * h + micro_batch * prompt_kv)  # one replayed layer, K/V repeated per row
     else:
-        tokens = prompt + micro_batch * response
         activations = tokens * 34 * h * layers
     head = logprob_chunk * cfg["vocab_size"] * 4 * 3  # logits, their softmax, its gradient
     update = resident + grads + gathered_layers + activations + head

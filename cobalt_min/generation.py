@@ -20,12 +20,14 @@ from pathlib import Path
 
 import torch
 
+from cobalt_min.prompts import has_code_block
+
 
 @dataclasses.dataclass
 class Completion:
     text: str
     token_ids: list  # the sampled tokens, ending with EOS when the model stopped by itself
-    finished: bool  # False: cut by max_new_tokens
+    finished: bool  # False: cut by max_new_tokens (True: EOS, or the end of the code block with stop_after_code)
 
 
 def gguf_location(path: str, gguf_file: str | None):
@@ -102,20 +104,30 @@ def request_seeds(seed: int | list[int] | None, n_prompts: int, n: int) -> list[
     return [(base + i * n) % (1 << 62) for i in range(n_prompts)]
 
 
+NUCLEUS_SCREEN = 64  # top-p: the nucleus is first looked for among this many most likely tokens
+
+
 def sample_tokens(logits: torch.Tensor, uniforms: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
     """One token per row from exactly softmax(logits / temperature), restricted to the top-p nucleus
     (the smallest set of most likely tokens whose mass reaches top_p) and renormalised; nothing else
     (no top-k, no penalties). logits (B, V); uniforms (B,) in [0, 1), one per row from that row's own
-    generator (inverse-CDF sampling). temperature 0: the most likely token."""
+    generator (inverse-CDF sampling). temperature 0: the most likely token.
+
+    The nucleus needs the tokens in order of probability. When the NUCLEUS_SCREEN most likely tokens of
+    every row already hold top_p of the mass, the nucleus is among them and ordering those is enough
+    (a decode step's sort of the whole vocabulary cost more than a third of the step on a CPU); otherwise
+    the whole vocabulary is sorted. Both give the same tokens, masses and draws."""
     if temperature <= 0:
         return logits.argmax(-1)
     probs = torch.softmax(logits.float() / temperature, dim=-1)  # (B, V)
     order = None
     if top_p < 1.0:
-        probs, order = probs.sort(dim=-1, descending=True)
+        probs, order = probs.topk(min(NUCLEUS_SCREEN, probs.shape[-1]), dim=-1)  # (B, k), most likely first
+        if bool((probs.sum(-1) < top_p).any()):  # a nucleus reaches beyond the screen: order everything
+            probs, order = torch.softmax(logits.float() / temperature, dim=-1).sort(dim=-1, descending=True)
         before = probs.cumsum(-1) - probs  # mass of the more likely tokens
         probs = probs * (before < top_p)  # the most likely token always stays (before = 0)
-    cdf = probs.cumsum(-1)  # (B, V)
+    cdf = probs.cumsum(-1)  # (B, V) or (B, k)
     target = uniforms.to(cdf.device, cdf.dtype)[:, None] * cdf[:, -1:]
     picked = (cdf <= target).sum(-1).clamp(max=probs.shape[-1] - 1)  # first index whose cdf exceeds target
     return picked if order is None else order.gather(-1, picked[:, None]).squeeze(-1)
@@ -209,10 +221,16 @@ class HFEngine:
     sample depends on which other requests share its batch. Here each request has its own generator
     (request_seeds): samples are exactly softmax(logits / T) with top-p, and the same whatever the
     batch size or order. The n samples of a prompt share one run of it (prefill); finished rows leave
-    the batch (their KV cache rows are dropped)."""
+    the batch (their KV cache rows are dropped).
+
+    stop_after_code: a response also ends with the token that closes its first complete fenced code
+    block (the demo's setting, --stop-after-code: the reward reads the code, and the explanation a small
+    model writes after it fills the token limit). The sampled tokens up to there are the response,
+    unchanged: training scores exactly them."""
 
     def __init__(self, model_path: str, *, gguf_file: str | None = None, dtype="auto", device=None,
-                 thinking: bool | None = None, batch_size: int = 64, model=None, tokenizer=None):
+                 thinking: bool | None = None, batch_size: int = 64, model=None, tokenizer=None,
+                 stop_after_code: bool = False):
         if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         if model is None:
@@ -224,6 +242,10 @@ class HFEngine:
         gen_eos = getattr(model.generation_config, "eos_token_id", None)
         eos = gen_eos if gen_eos is not None else tokenizer.eos_token_id
         self.eos_ids = set(eos if isinstance(eos, list) else [eos])
+        self.stop_after_code = stop_after_code
+        # tokens that can close a fence: only after one of them is the response's text looked at
+        self._backtick_ids = {i for i, piece in enumerate(tokenizer.convert_ids_to_tokens(range(len(tokenizer))))
+                              if piece and "`" in piece} if stop_after_code else set()
         # transformers renamed the forward's KV-cache argument (past_key_values -> cache): use what it takes.
         self._cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
@@ -283,7 +305,7 @@ class HFEngine:
             keep = []
             for k, (r, t) in enumerate(zip(alive, nxt.tolist())):
                 tokens[r].append(t)
-                if t not in self.eos_ids:
+                if t not in self.eos_ids and not self._closes_code_block(tokens[r]):
                     keep.append(k)
             if step == max_new_tokens - 1 or not keep:
                 break
@@ -381,10 +403,15 @@ class HFEngine:
                 v[index, :, width - w:] = layer.values[:, :, shared:]
         return logits, keys, values
 
+    def _closes_code_block(self, tokens: list[int]) -> bool:
+        """stop_after_code: whether the last token completed the response's first fenced code block."""
+        return tokens[-1] in self._backtick_ids and has_code_block(self.tokenizer.decode(tokens, skip_special_tokens=True))
+
     def _completion(self, tokens: list[int]) -> Completion:
-        """A completion ends with EOS when the model stopped by itself."""
-        finished = bool(tokens) and tokens[-1] in self.eos_ids
-        return Completion(self.tokenizer.decode(tokens, skip_special_tokens=True), tokens, finished)
+        """A completion is finished when it ends with EOS, or (stop_after_code) with its code block."""
+        text = self.tokenizer.decode(tokens, skip_special_tokens=True)
+        finished = bool(tokens) and (tokens[-1] in self.eos_ids or (self.stop_after_code and has_code_block(text)))
+        return Completion(text, tokens, finished)
 
     def generate(self, conversations: list[list[dict]], *, n: int = 1, temperature: float = 1.0, top_p: float = 1.0,
                  max_new_tokens: int = 512, seed: int | None = None) -> list[list[str]]:
@@ -544,11 +571,19 @@ def make_engine(kind: str, model_path: str, **kw):
     """kind: auto (vLLM when usable, else transformers), vllm, or hf."""
     folder, gguf_file = gguf_location(model_path, kw.get("gguf_file"))
     if engine_kind(kind, gguf_file or model_path) == "vllm":
+        check_stop_rule(kw.get("stop_after_code", False))
         vkw = {k: kw[k] for k in ("thinking", "tensor_parallel_size", "gpu_memory_utilization", "dtype", "seed",
                                   "max_model_len") if k in kw}
         return VLLMEngine(model_path, **vkw)
-    hkw = {k: kw[k] for k in ("thinking", "dtype", "device", "batch_size") if k in kw}
+    hkw = {k: kw[k] for k in ("thinking", "dtype", "device", "batch_size", "stop_after_code") if k in kw}
     return HFEngine(folder, gguf_file=gguf_file, **hkw)
+
+
+def check_stop_rule(stop_after_code: bool) -> None:
+    """vLLM's stop strings cannot tell a fence that opens a block from one that closes it."""
+    if stop_after_code:
+        raise SystemExit("error: --stop-after-code needs the transformers engine (--engine hf); vLLM samples "
+                         "until EOS or --max-new-tokens")
 
 
 def find_smollm2_gguf() -> str:

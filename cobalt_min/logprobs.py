@@ -9,14 +9,18 @@ token. Everything else here computes exactly that, with less memory and less wor
 - work: a GRPO batch holds G completions of each prompt. completion_logprobs runs each prompt once
   and lets its G completions attend to that prompt's keys and values (the same attention, so the same
   numbers up to float rounding), instead of running the prompt G times: for multi-turn contexts longer
-  than their completions that is most of the forward and backward.
+  than their completions that is most of the forward and backward. Under gradient checkpointing too
+  (the 8B recipe): each layer's replay in backward reads the stored prompt keys and values again.
 """
 
+import contextlib
 import dataclasses
 import inspect
 
 import torch
 import torch.nn.functional as F
+from transformers import DynamicCache
+from transformers.modeling_layers import GradientCheckpointingLayer
 
 
 # ----------------------------------------------------------------------------- the chunked LM head
@@ -146,30 +150,39 @@ def completion_logprobs(model, batch: SequenceBatch, *, temperature: float = 1.0
                         share_prompts: bool | None = None) -> torch.Tensor:
     """log p(completion token | prompt, earlier completion tokens) -> (R, C) float32, 0 at padding.
 
-    share_prompts (default: unless the model trains with gradient checkpointing, which drops the KV cache):
-    one decoder pass over the U prompts, their keys and values repeated for each row
-    (cache.batch_select_indices, differentiable), then one pass over the R completions attending to
-    them. Otherwise one pass over each row's prompt + completion. Both give the logits of the same
-    positions with the same attention, then the chunked LM head (_ChunkedTokenLogprob).
-    `model` is a Hugging Face causal LM whose logits are lm_head(final hidden state)."""
+    share_prompts (default: wherever the model allows it, see _why_not_shared): one decoder pass over the
+    U prompts, then one pass over the R completions, row r attending to the keys and values of its
+    prompt (batch.prompt_index[r]) and then to its own. Otherwise one pass over each row's prompt +
+    completion. Both give the logits of the same positions with the same attention, then the chunked LM
+    head (_ChunkedTokenLogprob). `model` is a Hugging Face causal LM whose logits are lm_head(final hidden).
+
+    Under gradient checkpointing each decoder layer keeps only its input (U x P prompt tokens and R x C
+    completion tokens, fewer than the R x (P + C) of one pass per row) and runs again in backward; the
+    caches below make that replay read exactly what the first run read (_PromptCache, _SharedPromptCache)."""
     if getattr(model.config, "final_logit_softcapping", None) or getattr(model.config, "logits_scaling", None):
         raise ValueError(f"{type(model).__name__} post-processes its logits; use naive_token_logprobs")
+    reason = _why_not_shared(model)
+    if share_prompts and reason:
+        raise ValueError(f"cannot share prompts: {reason}")
     if share_prompts is None:
-        share_prompts = not (_checkpointing(model) and model.training and torch.is_grad_enabled())
+        share_prompts = reason is None
+        if reason and reason not in _WARNED:
+            _WARNED.add(reason)
+            print(f"warning: completion_logprobs runs each row's prompt again ({reason})", flush=True)
     decoder = model.get_decoder()
     cache_arg = _cache_argument(decoder)
     pmask, cmask, index = batch.prompt_mask, batch.completion_mask, batch.prompt_index
     P = pmask.shape[1]
     if share_prompts:
-        from transformers import DynamicCache
-        cache = DynamicCache(config=model.config)
-        prompt_pos = (pmask.cumsum(1) - 1).clamp(min=0)  # (U, P)
-        prompt_hidden = decoder(input_ids=batch.prompt_ids, attention_mask=pmask, position_ids=prompt_pos,
-                                use_cache=True, **{cache_arg: cache}).last_hidden_state  # (U, P, H)
-        cache.batch_select_indices(index)  # (U, ...) -> (R, ...): each row gets its prompt's keys and values
-        completion_pos = pmask.sum(1)[index][:, None] + torch.arange(cmask.shape[1], device=cmask.device)  # (R, C)
-        hidden = decoder(input_ids=batch.completion_ids, attention_mask=torch.cat([pmask[index], cmask], 1),
-                         position_ids=completion_pos, use_cache=True, **{cache_arg: cache}).last_hidden_state
+        with _layers_keep_cache(decoder):
+            prompts = _PromptCache()
+            prompt_pos = (pmask.cumsum(1) - 1).clamp(min=0)  # (U, P)
+            prompt_hidden = decoder(input_ids=batch.prompt_ids, attention_mask=pmask, position_ids=prompt_pos,
+                                    use_cache=True, **{cache_arg: prompts}).last_hidden_state  # (U, P, H)
+            completion_pos = pmask.sum(1)[index][:, None] + torch.arange(cmask.shape[1], device=cmask.device)  # (R, C)
+            hidden = decoder(input_ids=batch.completion_ids, attention_mask=torch.cat([pmask[index], cmask], 1),
+                             position_ids=completion_pos, use_cache=True,
+                             **{cache_arg: _SharedPromptCache(prompts, index)}).last_hidden_state  # (R, C, H)
         # Token t of a completion is predicted from the hidden state before it: the prompt's last for t = 0.
         hidden = torch.cat([prompt_hidden[index, -1:], hidden[:, :-1]], 1)  # (R, C, H)
     else:
@@ -181,6 +194,76 @@ def completion_logprobs(model, batch: SequenceBatch, *, temperature: float = 1.0
     logp = _ChunkedTokenLogprob.apply(hidden[valid], head.weight, head.bias, batch.completion_ids[valid],
                                       float(temperature), int(chunk_tokens))  # (N,) N = completion tokens
     return torch.zeros(cmask.shape, dtype=torch.float32, device=cmask.device).masked_scatter(valid, logp)
+
+
+class _PromptCache(DynamicCache):
+    """The prompt pass's cache. Each layer stores its prompt keys and values once: a checkpointed layer
+    runs again in backward, and a second update must not append them a second time (the replay
+    attends to the keys it has just recomputed, equal to the stored ones)."""
+
+    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+        if layer_idx < len(self.layers) and self.layers[layer_idx].get_seq_length() > 0:
+            return key_states, value_states
+        return super().update(key_states, value_states, layer_idx, *args, **kwargs)
+
+
+class _SharedPromptCache(DynamicCache):
+    """The completion pass's cache: row r attends to the stored keys and values of prompt index[r], then
+    to its completion's own (torch.cat, differentiable: the completions' gradient reaches the prompt
+    pass). It stores nothing, so a checkpointed layer's replay in backward sees the same states."""
+
+    def __init__(self, prompts: _PromptCache, index: torch.Tensor):
+        super().__init__()
+        self.layers, self.index = prompts.layers, index  # the prompt lengths the attention mask is built from
+
+    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+        layer = self.layers[layer_idx]
+        return (torch.cat([layer.keys[self.index], key_states], -2),
+                torch.cat([layer.values[self.index], value_states], -2))
+
+
+_WARNED = set()
+
+
+def _why_not_shared(model) -> str | None:
+    """Why the prompt cannot be shared by its completions in this model, or None when it can."""
+    layer_types = getattr(model.config, "layer_types", None) or []
+    if any(kind != "full_attention" for kind in layer_types):
+        return f"{type(model).__name__} has {sorted(set(layer_types) - {'full_attention'})} layers"
+    if not (_checkpointing(model) and model.training and torch.is_grad_enabled()):
+        return None
+    if not hasattr(GradientCheckpointingLayer, "_can_checkpoint_with_cache"):
+        return "this transformers version drops the KV cache under gradient checkpointing"
+    layer = next((m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)), None)
+    func = getattr(layer, "_gradient_checkpointing_func", None)
+    if getattr(func, "keywords", {}).get("use_reentrant", True) is not False:
+        return "reentrant gradient checkpointing passes no gradient through the KV cache: enable it with " \
+               "gradient_checkpointing_kwargs={'use_reentrant': False}"
+    return None
+
+
+@contextlib.contextmanager
+def _layers_keep_cache(decoder):
+    """Let checkpointed decoder layers take the KV cache (transformers drops it from layers that do not
+    declare they can: a replay of a layer that appends to its cache would append twice; ours do not)."""
+    layers = [m for m in decoder.modules() if isinstance(m, GradientCheckpointingLayer)]
+    for layer in layers:
+        layer._can_checkpoint_with_cache = True
+    try:
+        yield
+    finally:
+        for layer in layers:
+            del layer._can_checkpoint_with_cache  # back to the class's value
+
+
+def enable_checkpointing(model) -> None:
+    """Activation (gradient) checkpointing of every decoder layer, non-reentrant: the kind whose replay
+    passes gradients through the KV cache that completion_logprobs shares (transformers 5 renamed the
+    method; the old name warns)."""
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
 
 def _checkpointing(model) -> bool:

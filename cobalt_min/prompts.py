@@ -76,6 +76,11 @@ def first_turn_messages(question: str, starter_code: str = "", fn_name: str | No
 _FENCE = re.compile(r"```[\w+.-]*[ \t]*\n(.*?)```", re.DOTALL)
 
 
+def has_code_block(response: str) -> bool:
+    """Whether the response holds a complete fenced code block (the generation engine's --stop-after-code)."""
+    return _FENCE.search(response) is not None
+
+
 def extract_code(response: str) -> str | None:
     """The LAST complete fenced code block of a response (the authors' rule), or None.
     An unclosed fence (a response cut off by the token limit) is not a block."""

@@ -86,14 +86,17 @@ def one_process(tiny_model_dir, tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["ddp", "fsdp"])
+@pytest.mark.parametrize("mode", ["ddp", "fsdp", "fsdp-checkpointing"])
 def test_two_ranks_train_as_one_process(mode, one_process, tiny_model_dir, tmp_path):
+    # fsdp-checkpointing: the 8B recipe's setting (FSDP2 shards, each decoder layer replayed in backward, the
+    # prompts still shared by their completions): the same numbers as one process without checkpointing
     out = tmp_path / "run"
-    port = {"ddp": "29621", "fsdp": "29622"}[mode]
-    extra = ["--fsdp"] if mode == "fsdp" else []
+    port = {"ddp": "29621", "fsdp": "29622", "fsdp-checkpointing": "29623"}[mode]
+    extra = {"ddp": [], "fsdp": ["--fsdp"], "fsdp-checkpointing": ["--fsdp", "--gradient-checkpointing"]}[mode]
     cmd = [*TORCHRUN, port, *run_args(tiny_model_dir, tmp_path, out, "--max-steps", str(STEPS), *extra)]
     resumed = run_killed_then_resumed(cmd, out)
-    assert ("(FSDP)" in resumed.stderr) == (mode == "fsdp")
+    assert ("(FSDP)" in resumed.stderr) == mode.startswith("fsdp")
+    assert "runs each row's prompt again" not in resumed.stdout + resumed.stderr
     assert "each epoch leaves out 1 contexts" in resumed.stderr
     one, two = metrics(one_process), metrics(out)
     assert [m["step"] for m in two] == list(range(1, STEPS + 1))  # no row twice after the resume

@@ -2,16 +2,20 @@
 request, whatever the batch, the padding, the KV cache or the model's generation_config."""
 import contextlib
 
+import pytest
 import torch
 
 from cobalt_min.generation import HFEngine, request_seeds, sample_tokens
 
 
-def test_sample_tokens_draws_the_nucleus_distribution_exactly():
-    logits = torch.tensor([[2.0, 1.0, 0.5, -1.0, 0.0]])
+@pytest.mark.parametrize("vocab", [5, 300])
+def test_sample_tokens_draws_the_nucleus_distribution_exactly(vocab):
+    # vocab 300: a flat tail, so that some nuclei reach beyond the NUCLEUS_SCREEN most likely tokens
+    # (the whole vocabulary is ordered) and others do not (only the screen is)
+    logits = torch.tensor([[2.0, 1.0, 0.5, -1.0, 0.0] + [-0.5 + 0.001 * i for i in range(vocab - 5)]])
     n = 20000
     uniforms = (torch.arange(n, dtype=torch.float64) + 0.5) / n  # an even grid: counts = n * probabilities
-    for temperature, top_p in [(1.0, 1.0), (0.7, 1.0), (1.0, 0.8), (1.3, 0.5)]:
+    for temperature, top_p in [(1.0, 1.0), (0.7, 1.0), (1.0, 0.8), (1.3, 0.5), (0.2, 0.9), (0.2, 0.999)]:
         probs = torch.softmax(logits[0] / temperature, -1)
         ranked = probs.argsort(descending=True).tolist()
         kept, mass = [], 0.0
@@ -23,9 +27,12 @@ def test_sample_tokens_draws_the_nucleus_distribution_exactly():
         expected = torch.zeros_like(probs)
         expected[kept] = probs[kept] / probs[kept].sum()
         picks = sample_tokens(logits.expand(n, -1), uniforms, temperature, top_p)
-        counts = torch.bincount(picks, minlength=5).double() / n
+        counts = torch.bincount(picks, minlength=vocab).double() / n
         assert torch.allclose(counts, expected.double(), atol=2 / n), (temperature, top_p, counts, expected)
     assert sample_tokens(logits, torch.tensor([0.99]), 0.0, 0.5).tolist() == [0]  # temperature 0: argmax
+    rows, u = torch.cat([logits * 5, logits]), torch.tensor([0.3, 0.7])  # one row ordered alone, one not: same draws
+    assert sample_tokens(rows, u, 1.0, 0.9).tolist() == [sample_tokens(rows[k:k + 1], u[k:k + 1], 1.0, 0.9).item()
+                                                         for k in range(2)]
 
 
 def reference_sample(model, prompt, seed, temperature, top_p, max_new_tokens, eos):
@@ -178,3 +185,27 @@ def test_non_thinking_runs_tell_the_template_so(tiny_model_dir):
     assert text(engine.prompt_ids([{"role": "user", "content": "q"}])).endswith("THINK")
     import train
     assert train.parse_args(["--model", "m", "--contexts", "c", "--out", "o"]).thinking is False
+
+
+def test_stop_after_code_ends_a_response_with_its_first_code_block(tiny_model_dir, monkeypatch):
+    # The sampler is scripted (a random tiny model writes no code): the response is the sampled tokens up
+    # to the one that closes the first complete fenced block, and counts as finished; without the rule,
+    # or without a closed block, sampling goes on to max_new_tokens as before.
+    from cobalt_min import generation
+    script = "Here:\n```python\nx = 1\n```\nand then an explanation that goes on"
+
+    def run(stop_after_code, text, max_new_tokens=80):
+        engine = HFEngine(tiny_model_dir, device="cpu", stop_after_code=stop_after_code)
+        ids = iter(engine.tokenizer(text, add_special_tokens=False)["input_ids"] + [engine.tokenizer.pad_token_id] * 99)
+        monkeypatch.setattr(generation, "sample_tokens", lambda logits, *a: torch.tensor([next(ids) for _ in logits]))
+        (c,), = engine.sample(_prompts(engine)[:1], n=1, max_new_tokens=max_new_tokens, seed=0)
+        return c, engine.tokenizer
+    c, tok = run(True, script)
+    assert c.text == "Here:\n```python\nx = 1\n```" and c.finished
+    assert c.token_ids == tok(c.text, add_special_tokens=False)["input_ids"]  # the sampled tokens, unchanged
+    c, _ = run(False, script, max_new_tokens=len(script))
+    assert c.text.startswith(script[:40]) and not c.finished  # the rule off: on to the token limit
+    c, _ = run(True, "```python\nx = 1 and no closing fence", max_new_tokens=20)
+    assert len(c.token_ids) == 20 and not c.finished  # an open block does not stop it
+    with pytest.raises(SystemExit, match="--engine hf"):
+        generation.check_stop_rule(True)

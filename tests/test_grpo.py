@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from cobalt_min.grpo import aggregate, group_advantages, kl_penalty, policy_loss
-from cobalt_min.logprobs import completion_logprobs, naive_token_logprobs, pack_groups, pack_sequences
+from cobalt_min.logprobs import (completion_logprobs, enable_checkpointing, naive_token_logprobs, pack_groups,
+                                 pack_sequences)
 
 
 def tiny_lm(vocab=64, tie=False, seed=0):
@@ -110,11 +111,15 @@ def test_chunked_head_equals_naive_values_and_gradients(tie, temperature):
         assert torch.allclose(g_fast[name], g_slow[name], atol=1e-5, rtol=1e-4), name
 
 
-@pytest.mark.parametrize("share_prompts", [True, False])
-def test_completion_logprobs_with_shared_prompts_equal_the_definition(share_prompts):
+@pytest.mark.parametrize("share_prompts,checkpointing", [(True, False), (False, False), (True, True), (False, True)])
+def test_completion_logprobs_with_shared_prompts_equal_the_definition(share_prompts, checkpointing):
     # Two prompts of different lengths, three completions each (ragged), EOS = pad = 0: values and
-    # gradients equal the full-sequence naive computation, for the whole batch and for a sub-batch of rows.
+    # gradients equal the full-sequence naive computation, for the whole batch and for a sub-batch of rows,
+    # with and without gradient checkpointing (the 8B recipe's setting: each layer replayed in backward).
     model = tiny_lm(vocab=64)
+    if checkpointing:
+        enable_checkpointing(model)
+        model.train()
     prompts = [[1, 2, 3, 4, 5], [6, 7]]
     completions = [[8, 9, 0], [10, 0], [11, 12, 13, 0], [14, 15], [16, 0], [17, 18, 19, 20, 0]]
     index = [0, 0, 0, 1, 1, 1]
@@ -141,6 +146,47 @@ def test_completion_logprobs_with_shared_prompts_equal_the_definition(share_prom
         assert g_fast.keys() == g_slow.keys()
         for name in g_slow:
             assert torch.allclose(g_fast[name], g_slow[name], atol=1e-5, rtol=1e-4), name
+
+
+def test_checkpointed_shared_prompts_run_each_prompt_once_and_replay_each_layer(monkeypatch):
+    # Under gradient checkpointing the prompt pass still runs each prompt once (U rows, not R), the
+    # completion pass attends to it, and backward replays every layer of both passes once, reading
+    # the stored prompt keys and values again (nothing appended twice: values and gradients are checked
+    # against the definition in the test above).
+    from cobalt_min import logprobs
+    model = tiny_lm(vocab=64)
+    enable_checkpointing(model)
+    model.train()
+    batch = pack_groups([[1, 2, 3, 4, 5], [6, 7]], [[8, 9, 0], [10, 0], [11, 12, 13, 0], [14, 15]], [0, 0, 1, 1], pad_id=0)
+    calls = []
+    for cls, name in ((logprobs._PromptCache, "prompt"), (logprobs._SharedPromptCache, "completion")):
+        def update(self, k, v, layer, *a, _name=name, _orig=cls.update, **kw):
+            calls.append((_name, layer, k.shape[0], k.shape[-2]))
+            return _orig(self, k, v, layer, *a, **kw)
+        monkeypatch.setattr(cls, "update", update)
+    logp = completion_logprobs(model, batch)
+    passes = [("prompt", 0, 2, 5), ("prompt", 1, 2, 5), ("completion", 0, 4, 4), ("completion", 1, 4, 4)]
+    assert calls == passes
+    calls.clear()
+    logp.sum().backward()
+    assert sorted(calls) == sorted(passes)  # the backward's replay of each checkpointed layer
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+
+
+def test_prompts_not_shared_where_the_model_cannot(capsys):
+    # Reentrant checkpointing passes no gradient through the KV cache: asked to share, it refuses;
+    # by default it runs each row's prompt again and says so once (same numbers, more work).
+    from cobalt_min import logprobs
+    model = tiny_lm(vocab=64)
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
+    model.train()
+    batch = pack_groups([[1, 2, 3]], [[4, 5], [6, 0]], [0, 0], pad_id=0)
+    with pytest.raises(ValueError, match="reentrant"):
+        completion_logprobs(model, batch, share_prompts=True)
+    logprobs._WARNED.clear()
+    completion_logprobs(model, batch)
+    completion_logprobs(model, batch)
+    assert capsys.readouterr().out.count("runs each row's prompt again") == 1
 
 
 def test_eos_used_as_pad_is_still_trained():

@@ -44,11 +44,13 @@ def target_tokens(model_dir):
     return ",".join(str(tok.convert_tokens_to_ids(c)) for c in "abcdefghijklmnopqrstuvwxyz")
 
 
-def test_grpo_loop_learns_a_synthetic_reward(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("mixed", ["no", "bf16"])  # bf16: the update in bfloat16 autocast (float32 master weights)
+def test_grpo_loop_learns_a_synthetic_reward(mixed, tiny_model_dir, tmp_path):
     ctx = write_contexts(tmp_path / "ctx.jsonl", short=True)
     proc = train(tmp_path / "run", tiny_model_dir, ctx, *SANITY, "--lr", "5e-3", "--max-steps", "30", "--epochs", "100",
-                 "--sanity-reward-tokens", target_tokens(tiny_model_dir), "--save-every", "100")
+                 "--sanity-reward-tokens", target_tokens(tiny_model_dir), "--save-every", "100", "--mixed-precision", mixed)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"mixed precision {mixed}" in proc.stderr or mixed == "no", proc.stderr[-2000:]
     rewards = [m["reward_mean"] for m in metrics(tmp_path / "run")]
     assert len(rewards) == 30
     start, end = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
