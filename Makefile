@@ -43,7 +43,7 @@ test-fast: setup
 bench: setup
 	$(BIN)/python bench/bench_sandbox.py
 
-# COBALT end to end on the demo problems with SmolLM2-135M-Instruct (about 22 minutes on 2 CPU cores).
+# COBALT end to end on the demo problems with SmolLM2-135M-Instruct (about 12-15 minutes on 2 CPU cores).
 demo: setup
 	bash demo.sh
 
