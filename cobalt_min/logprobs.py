@@ -16,6 +16,7 @@ token. Everything else here computes exactly that, with less memory and less wor
 import contextlib
 import dataclasses
 import inspect
+import logging
 
 import torch
 import torch.nn.functional as F
@@ -247,11 +248,18 @@ def _layers_keep_cache(decoder):
     """Let checkpointed decoder layers take the KV cache (transformers drops it from layers that do not
     declare they can: a replay of a layer that appends to its cache would append twice; ours do not)."""
     layers = [m for m in decoder.modules() if isinstance(m, GradientCheckpointingLayer)]
+    # transformers' notice that it sets use_cache=False under checkpointing: the caches given are used all the same
+    notices = [logging.getLogger(f"transformers.{name}") for name in ("modeling_layers", "utils.generic")]
+    levels = [n.level for n in notices]
+    for n in notices:
+        n.setLevel(logging.ERROR)
     for layer in layers:
         layer._can_checkpoint_with_cache = True
     try:
         yield
     finally:
+        for n, level in zip(notices, levels):
+            n.setLevel(level)
         for layer in layers:
             del layer._can_checkpoint_with_cache  # back to the class's value
 
