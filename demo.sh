@@ -71,6 +71,11 @@ timed augment "$PY" perturb.py augment --trajectories "$OUT/collect/raw.jsonl" -
     --tokenizer "$MODEL" --out "$OUT/collect/perturbed_contexts.jsonl"
 
 echo "== 5. online bandit learning: GRPO on the contexts"
+if [ ! -s "$OUT/collect/contexts.jsonl" ] && [ ! -s "$OUT/collect/perturbed_contexts.jsonl" ]; then
+    echo "error: collection left no context to train on: every collected trajectory passed at its first program" \
+         "or none was usable (see $OUT/collect/stats.json); collect on more problems (TRAIN_PROBLEMS)" >&2
+    exit 1
+fi
 [ -f "$OUT/train/final/config.json" ] || \
     timed train "$PY" train.py --model "$MODEL" --contexts "$OUT/collect/contexts.jsonl" \
         --perturbed-contexts "$OUT/collect/perturbed_contexts.jsonl" \
