@@ -68,9 +68,7 @@ def parse_args(argv=None):
     g.add_argument("--temperature", type=cli.non_negative, default=0.6, help="default 0.6")
     g.add_argument("--top-p", type=cli.probability, default=0.95, help="default 0.95")
     g.add_argument("--max-new-tokens", type=cli.count, default=8192, help="per response (default 8192)")
-    g.add_argument("--stop-after-code", action="store_true", help="end a response with the token that closes its first complete fenced code block (the transformers "
-                   "engine only; the demo's setting: a small model's text after the code fills the token "
-                   "limit); default: until EOS or --max-new-tokens")
+    cli.stop_after_code_flag(g)
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--stop-on-public-pass", action="store_true",
                    help="stop a conversation once its program passes all public tests (the paper does not)")

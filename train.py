@@ -139,9 +139,7 @@ def sampling_flags(ap):
     g.add_argument("--temperature", type=cli.positive, default=1.0, help="default 1.0")
     g.add_argument("--top-p", type=cli.probability, default=1.0, help="default 1.0")
     g.add_argument("--max-new-tokens", type=cli.count, default=6144, help="max response tokens (default 6144)")
-    g.add_argument("--stop-after-code", action="store_true", help="end a response with the token that closes its first complete fenced code block (the transformers "
-                   "engine only; the demo's setting: a small model's text after the code fills the token "
-                   "limit); default: until EOS or --max-new-tokens")
+    cli.stop_after_code_flag(g)
 
 
 def reward_flags(ap):

@@ -85,7 +85,8 @@ def main():
             logp = completion_logprobs(model, batch)
         logp.sum().backward()
         model.zero_grad(set_to_none=True)
-    update(False), update(True)  # warm-up
+    for bf16 in (False, True):  # warm-up
+        update(bf16)
     pairs = []
     for r in range(args.rounds):
         order = (False, True) if r % 2 == 0 else (True, False)

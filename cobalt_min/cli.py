@@ -149,6 +149,14 @@ class _Renamed(argparse.Action):
         parser.error(f"{option_string} {self.message}")
 
 
+def stop_after_code_flag(group) -> None:
+    """--stop-after-code, the same flag in collect.py, evaluate.py and train.py (generation.HFEngine)."""
+    group.add_argument("--stop-after-code", action="store_true",
+                       help="end a response with the token that closes its first complete fenced code block "
+                            "(the transformers engine only; the demo's setting: a small model's text after the "
+                            "code fills the token limit); default: until EOS or --max-new-tokens")
+
+
 def renamed(parser, old: str, message: str) -> None:
     """A flag that was renamed or changed: using it stops with `message` (the new name and why), never
     with a silently different meaning."""

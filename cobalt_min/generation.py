@@ -122,9 +122,10 @@ def sample_tokens(logits: torch.Tensor, uniforms: torch.Tensor, temperature: flo
     probs = torch.softmax(logits.float() / temperature, dim=-1)  # (B, V)
     order = None
     if top_p < 1.0:
-        probs, order = probs.topk(min(NUCLEUS_SCREEN, probs.shape[-1]), dim=-1)  # (B, k), most likely first
-        if bool((probs.sum(-1) < top_p).any()):  # a nucleus reaches beyond the screen: order everything
-            probs, order = torch.softmax(logits.float() / temperature, dim=-1).sort(dim=-1, descending=True)
+        top, order = probs.topk(min(NUCLEUS_SCREEN, probs.shape[-1]), dim=-1)  # (B, k), most likely first
+        if bool((top.sum(-1) < top_p).any()):  # a nucleus reaches beyond the screen: order everything
+            top, order = probs.sort(dim=-1, descending=True)
+        probs = top
         before = probs.cumsum(-1) - probs  # mass of the more likely tokens
         probs = probs * (before < top_p)  # the most likely token always stays (before = 0)
     cdf = probs.cumsum(-1)  # (B, V) or (B, k)
@@ -405,7 +406,8 @@ class HFEngine:
 
     def _closes_code_block(self, tokens: list[int]) -> bool:
         """stop_after_code: whether the last token completed the response's first fenced code block."""
-        return tokens[-1] in self._backtick_ids and has_code_block(self.tokenizer.decode(tokens, skip_special_tokens=True))
+        return tokens[-1] in self._backtick_ids and \
+            has_code_block(self.tokenizer.decode(tokens, skip_special_tokens=True))
 
     def _completion(self, tokens: list[int]) -> Completion:
         """A completion is finished when it ends with EOS, or (stop_after_code) with its code block."""
