@@ -103,7 +103,7 @@ def programs(canary_dir: str, port: int, marker: str) -> dict:
         # through the runner's copy that imports it. Must be a timeout.
         "stop_the_clock": (STOP_THE_CLOCK, two),
         # Many processes, each under the per-process limit (memory_mb = 256), together far over it.
-        "memory_together": (MEMORY_TOGETHER, {"inputs": ["8\n"], "outputs": ["ok\n"]}),
+        "memory_together": (MEMORY_TOGETHER, {"inputs": [f"{TOGETHER_PROCS}\n"], "outputs": ["ok\n"]}),
         # Reach the process that runs the tests (pid 1 of the test's namespace): its descriptors (the
         # runner's error log, once), ptrace, other processes; and interrupt it (SIGINT).
         "reach_pid_1": (REACH_PID_1, {"inputs": ["\n"], "outputs": ["fd-denied ptrace-denied 0\n"]}),
@@ -148,6 +148,7 @@ while time.time() < end:
 print(a + b)
 """
 
+TOGETHER_PROCS, TOGETHER_MB = 12, 90  # 1080 MiB together, each process under memory_mb = 256
 MEMORY_TOGETHER = r"""
 import os, time
 n = int(input())
@@ -155,13 +156,13 @@ pids = []
 for _ in range(n):
     pid = os.fork()
     if pid == 0:
-        block = b'\x01' * (90 << 20)  # written: really held
-        time.sleep(0.4)
+        block = b'\x01' * (%d << 20)  # written: really held
+        time.sleep(1.0)  # all of them at once
         os._exit(0)
     pids.append(pid)
 ok = all(os.waitpid(p, 0)[1] == 0 for p in pids)
 print('ok' if ok else 'a child died')
-"""
+""" % TOGETHER_MB
 
 REACH_PID_1 = r"""
 import ctypes, os

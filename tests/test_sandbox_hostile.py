@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
+import hostile_programs
 from cobalt_min import sandbox
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-TIMEOUT = 1.0  # hostile_programs.TIMEOUT
+TIMEOUT = hostile_programs.TIMEOUT
 MARGIN = 2.5  # what a hostile program may cost beyond its timeouts (runner restart, kill, reporting)
 
 
@@ -211,19 +212,22 @@ def test_a_test_that_stops_its_clock_still_times_out(hostile):
 
 
 def test_memory_is_bounded_for_all_processes_of_a_test_together(hostile):
-    # 8 processes x 90 MiB, each under the 256 MiB per-process limit, 720 MiB together. With a cgroup
-    # (root here) the test ends memory_limit and the machine's available memory never drops by more than
-    # the limit + the sandbox's slack (+ 40 MiB for the rest of the machine); without one (no delegated
-    # cgroup for a non-root grader) the per-process limit is all there is, as README says.
+    # 12 processes x 90 MiB, each under the 256 MiB per-process limit, 1080 MiB together. With a cgroup
+    # (root here) the test ends memory_limit and the machine's available memory drops by about the limit +
+    # the sandbox's slack (320 MiB) plus what the sandbox's own processes take (measured 210-380 MiB in all
+    # on CI-like machines); without one (no delegated cgroup for a non-root grader) the per-process limit
+    # is all there is, as README says, and it drops by most of the 1080 MiB. The machine-wide figure is
+    # noisy, so the line between the two lies halfway.
     run, _ = hostile
     case = run["memory_together"]
-    slack = 256 + sandbox.CGROUP_SLACK_MB + 40
+    bound = 256 + sandbox.CGROUP_SLACK_MB
+    line = (bound + hostile_programs.TOGETHER_PROCS * hostile_programs.TOGETHER_MB) / 2
     if run["_cgroup"]:
         assert _statuses(run, "memory_together") == ["memory_limit"], case["results"]
-        assert case["memory_drop_mb"] < slack, case["memory_drop_mb"]
+        assert case["memory_drop_mb"] < line, case["memory_drop_mb"]
     else:
-        assert _statuses(run, "memory_together") == ["passed"] and case["memory_drop_mb"] > slack
-    _check_contained(run, "memory_together", n_tests=4)  # (its timeout is 4 s: writing 720 MiB takes a while)
+        assert _statuses(run, "memory_together") == ["passed"] and case["memory_drop_mb"] > line, case
+    _check_contained(run, "memory_together", n_tests=4)  # (its timeout is 4 s: writing 1080 MiB takes a while)
 
 
 def test_the_test_runner_cannot_be_reached_or_interrupted(hostile):
