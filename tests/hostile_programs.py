@@ -152,14 +152,18 @@ TOGETHER_PROCS, TOGETHER_MB = 12, 90  # 1080 MiB together, each process under me
 MEMORY_TOGETHER = r"""
 import os, time
 n = int(input())
+r, w = os.pipe()
 pids = []
 for _ in range(n):
     pid = os.fork()
     if pid == 0:
         block = b'\x01' * (%d << 20)  # written: really held
-        time.sleep(1.0)  # all of them at once
+        os.close(w)
+        os.read(r, 1)  # end of file once every process holds its block: all of them at once
+        time.sleep(0.3)
         os._exit(0)
     pids.append(pid)
+os.close(w)
 ok = all(os.waitpid(p, 0)[1] == 0 for p in pids)
 print('ok' if ok else 'a child died')
 """ % TOGETHER_MB
