@@ -208,13 +208,17 @@ def per_token_s(run):
 
 def vs_trl(args):
     import importlib.util
-    import statistics
     import tempfile
     if importlib.util.find_spec("trl") is None:
         raise SystemExit("--vs-trl needs the trl package (pip install trl); it is never a requirement of cobalt-min")
+    with tempfile.TemporaryDirectory(prefix="vs-trl-") as work:  # each run saves a model: gigabytes, removed at the end
+        return vs_trl_in_folder(args, work)
+
+
+def vs_trl_in_folder(args, work: str) -> dict:
+    import statistics
     from transformers import AutoTokenizer
     from cobalt_min.generation import convert_gguf, find_smollm2_gguf
-    work = tempfile.mkdtemp(prefix="vs-trl-")
     model_dir = args.vs_trl_model or convert_gguf(find_smollm2_gguf(), os.path.join(work, "smollm2"))
     ctx_path = os.path.join(work, "contexts.jsonl")
     contexts = vs_trl_contexts(ctx_path)

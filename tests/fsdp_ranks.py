@@ -2,6 +2,7 @@
 train.py --fsdp, with the functions train.py calls, against the unsharded model. Prints "fsdp pieces ok"."""
 import copy
 import os
+import shutil
 import sys
 import tempfile
 
@@ -68,6 +69,7 @@ if accelerator.is_main_process:
     _, saved = load_model(folder, dtype=torch.float32)
     for (name, p), q in zip(saved.named_parameters(), plain.parameters()):
         assert torch.equal(p, q), name
+    shutil.rmtree(folder)
 accelerator.wait_for_everyone()
 print("fsdp pieces ok", flush=True)
 dist.destroy_process_group()
