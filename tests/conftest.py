@@ -1,5 +1,7 @@
 import os
+import shutil
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -28,3 +30,12 @@ def tiny_model_dir(tmp_path_factory):
     """A real (random-weight) chat model folder: byte-level tokenizer with a ChatML template and a tiny
     Llama. Loads and generates in well under a second on CPU."""
     return make_random_chat_model(tmp_path_factory.mktemp("tiny-model"))
+
+
+def drop_model_weights(folder):
+    """The end of a passing end-to-end test: delete the model weights and training checkpoints it wrote
+    (gigabytes; pytest keeps the last three runs' folders), keeping its logs, summaries and reports."""
+    for checkpoints in list(Path(folder).rglob("checkpoints")):
+        shutil.rmtree(checkpoints)
+    for weights in list(Path(folder).rglob("*.safetensors")):
+        weights.unlink()

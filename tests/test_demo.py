@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from conftest import drop_model_weights
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -69,3 +71,4 @@ def test_shortened_demo_produces_every_artefact(tmp_path):
     page = (out / "report.html").read_text()
     for label in ("eval_before", "eval_after", "eval_after_ptb", "reward_mean"):
         assert f'data-label="{label}"' in page, label
+    drop_model_weights(out)

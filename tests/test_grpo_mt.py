@@ -15,6 +15,7 @@ import torch
 from cobalt_min import grpo_mt
 from cobalt_min.logprobs import completion_logprobs, naive_token_logprobs, pack_groups, pack_sequences
 from cobalt_min.rewards import training_reward
+from conftest import drop_model_weights
 from test_train import ROOT, metrics
 
 CODE = "```python\nprint({})\n```"
@@ -152,3 +153,4 @@ def test_shortened_comparison_writes_everything(tmp_path):
     assert "COBALT vs GRPO-MT" in proc.stdout and (tmp_path / "report.html").exists()
     if importlib.util.find_spec("matplotlib"):
         assert (tmp_path / "comparison.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    drop_model_weights(tmp_path)
