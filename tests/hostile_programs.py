@@ -27,6 +27,7 @@ sys.path.insert(0, ROOT)
 sandbox = None  # cobalt_min.sandbox, imported once the harness has its final identity (main)
 
 TIMEOUT = 1.0  # per test, short so the whole suite stays quick
+MEMORY_MB = 256  # per process (sandbox memory_mb)
 SUM = "a, b = map(int, input().split())\nprint(a + b)\n"  # a well-behaved program, run after hostile ones
 
 
@@ -102,7 +103,7 @@ def programs(canary_dir: str, port: int, marker: str) -> dict:
         # answer, and have a helper let the parent go on: as the module `random` is not preloaded, also
         # through the runner's copy that imports it. Must be a timeout.
         "stop_the_clock": (STOP_THE_CLOCK, two),
-        # Many processes, each under the per-process limit (memory_mb = 256), together far over it.
+        # Many processes, each under the per-process limit (MEMORY_MB), together far over it.
         "memory_together": (MEMORY_TOGETHER, {"inputs": [f"{TOGETHER_PROCS}\n"], "outputs": ["ok\n"]}),
         # Reach the process that runs the tests (pid 1 of the test's namespace): its descriptors (the
         # runner's error log, once), ptrace, other processes; and interrupt it (SIGINT).
@@ -148,7 +149,7 @@ while time.time() < end:
 print(a + b)
 """
 
-TOGETHER_PROCS, TOGETHER_MB = 12, 90  # 1080 MiB together, each process under memory_mb = 256
+TOGETHER_PROCS, TOGETHER_MB = 12, 90  # 1080 MiB together, each process under MEMORY_MB
 MEMORY_TOGETHER = r"""
 import os, time
 n = int(input())
@@ -639,7 +640,7 @@ def main():
         batch = sandbox.run_batch([(program, tests), (SUM, sum_tests), ("print(0)\n", sum_tests)],
                                   timeout_s={"hunt_expected": 8.0, "memory_together": 4.0}.get(name, TIMEOUT),
                                   total_timeout_s=30,
-                                  workers=1, isolation=args.isolation, memory_mb=256)
+                                  workers=1, isolation=args.isolation, memory_mb=MEMORY_MB)
         out[name] = {"results": [r.to_dict() for r in batch[0]], "after": [r.to_dict() for r in batch[1]],
                      "after_wrong": [r.to_dict() for r in batch[2]],
                      "elapsed_s": time.monotonic() - start, "leftover": leftover_processes(args.as_user)}
@@ -648,7 +649,7 @@ def main():
     for name, jobs in sequences().items():
         start = time.monotonic()
         batch = sandbox.run_batch(jobs, timeout_s=TIMEOUT, total_timeout_s=30, workers=1, isolation=args.isolation,
-                                  memory_mb=256)
+                                  memory_mb=MEMORY_MB)
         out[name] = {"jobs": [[r.to_dict() for r in results] for results in batch],
                      "elapsed_s": time.monotonic() - start, "leftover": leftover_processes(args.as_user)}
     out["cli_hunt"] = run_cli_hunt(args.isolation, marker)
