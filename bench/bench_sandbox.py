@@ -40,7 +40,8 @@ import time
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, ROOT)
-from cobalt_min.sandbox import Limits, Sandbox, default_workers, resolve_isolation, run_batch, stdout_matches  # noqa
+from cobalt_min.sandbox import (ISOLATIONS, Limits, Sandbox, default_workers, resolve_isolation, run_batch,  # noqa
+                                stdout_matches)
 
 # (name, correct program, wrong program, input generator, reference answer)
 TASKS = [
@@ -242,7 +243,7 @@ def main():
     ap.add_argument("--programs", type=int, default=120, help="number of programs (default 120)")
     ap.add_argument("--tests", type=int, default=20, help="tests per program (default 20)")
     ap.add_argument("--workers", type=int, default=None, help="concurrent workers for both runners (default: CPUs)")
-    ap.add_argument("--isolation", default="auto", choices=["auto", "bwrap", "process"])
+    ap.add_argument("--isolation", default="auto", choices=ISOLATIONS)
     ap.add_argument("--overhead-programs", type=int, default=30, help="programs used for the overhead figure")
     ap.add_argument("--against", default=None, help="another checkout of cobalt-min: compare its sandbox with this one")
     ap.add_argument("--rounds", type=int, default=10, help="with --against: alternating rounds (default 10)")

@@ -19,47 +19,53 @@ SandboxError). A reader of the paper can skip all but this file. How it is built
   (isolation="process"). Either way: no network, its own pid and ipc namespaces, a file system holding
   only the Python install and a size-capped private /tmp and /dev/shm, an empty environment, and
   (root) a uid reserved for this sandbox, so "kill every process of this sandbox" is a complete clean-up.
-  Without root and without bubblewrap only an unsafe process mode is left: 'auto' refuses it.
-- For each program the runner forks a job process in fresh mount, pid and ipc namespaces (a fresh
-  scratch tmpfs, /dev/shm and /proc; nothing of one program reaches the next), which drops every
-  privilege and forks a fresh copy of itself per test (fresh interpreter state, per-test rlimits and
-  wall clock, capped output); it reports stdout/stderr/exit status. The grader, in this process,
-  compares with the expected outputs, which never enter the sandbox. Where the grader may make
-  cgroups, the whole sandbox lives in one: memory and processes bounded per test, all processes together.
+  Without root and without bubblewrap only the unsafe mode (isolation="unsafe") is left: 'auto' refuses
+  it, and no mode ever falls back to it.
+- For each program the runner forks a job process in fresh mount, pid, ipc and network namespaces (a
+  fresh scratch tmpfs, /dev/shm and /proc, loopback down; nothing of one program reaches the next),
+  which reads the program (the runner never does: every test is a fork, and a program can read its own
+  memory), installs a seccomp filter, drops every privilege and forks a fresh copy of itself per test
+  (fresh interpreter state, per-test rlimits and wall clock, capped output); it reports stdout/stderr/
+  exit status and the CPU time of the test's processes. The grader, in this process, compares with the
+  expected outputs, which never enter the sandbox. Where the grader may make cgroups, the whole sandbox
+  lives in one: memory and processes bounded per test, all processes together, and one CPU at most.
 - Whatever a program does costs its own tests only: a malformed result is a runtime error, a runner
   it killed or froze is replaced and the remaining tests go on, and nothing it made (files, shared
-  memory, keys, processes) is left for the next test.
+  memory, keys, processes, sockets) is left for the next test. A failure of the sandbox itself is a
+  SandboxError, never a verdict.
 
 How a test runs. A sandbox is one long-lived runner process per worker (`sandbox_runner.py`). It starts
-Python once; for each program it forks a *job process* in namespaces of its own (mount, pid, ipc) with a
-fresh tmpfs for the scratch folder and `/dev/shm` and a fresh `/proc`, and that process, pid 1 of the
-job's namespace and without any privilege, forks a fresh copy of itself for every test. So each test
-begins from untouched interpreter state with its own limits, without paying an interpreter start per
-test, and nothing one program does (files, extended attributes, inode and pid numbers, System V objects,
-processes) can reach the next program: it ends with the job's namespaces. A test's stdin, stdout and
-stderr are in-memory files (memfds) read once it has exited; reports go to another one, which the grader
-reads once per program. The runner never sees the expected outputs: it reports stdout, stderr, exit
-status (and the returned value), and the grader in your process compares. Commonly used modules
-(`collections`, `heapq`, `bisect`, `math`, `itertools`, `functools`, `re`, `typing`, ...) are already
-imported when a program starts; other modules a program imports (numpy: ~50 ms) are imported once per
-program, by its job process, before its first test (a numpy program: 4 ms per test instead of 42 ms).
-Import time is then not counted in the tests' time, and what such an import prints goes nowhere (modules
-that only print, like `this`, are left to the program).
+Python once; for each program it forks a *job process* in namespaces of its own (mount, pid, ipc,
+network) with a fresh tmpfs for the scratch folder and `/dev/shm` and a fresh `/proc`, and that process,
+pid 1 of the job's namespace and without any privilege, forks a fresh copy of itself for every test. So
+each test begins from untouched interpreter state with its own limits, without paying an interpreter
+start per test, and nothing one program does (files, extended attributes, inode and pid numbers, System V
+objects, processes, connections and network counters) can reach the next program: it ends with the job's
+namespaces. A test's stdin, stdout and stderr are in-memory files (memfds) read once it has exited;
+reports go to another one, which the grader reads once per program. The runner never sees the expected
+outputs: it reports stdout, stderr, exit status (and the returned value), and the grader in your process
+compares. Commonly used modules (`collections`, `heapq`, `bisect`, `math`, `itertools`, `functools`, `re`,
+`typing`, ...) are already imported when a program starts; other modules a program imports (numpy: ~50 ms)
+are imported once per program, by its job process, before its first test (a numpy program: 4 ms per test
+instead of 42 ms). Import time is then not counted in the tests' time, and what such an import prints goes
+nowhere (modules that only print, like `this`, are left to the program).
 """
 
 import argparse
 import concurrent.futures
+import contextlib
 import dataclasses
 import json
 import math
 import os
 import queue
 import re
+import signal
 import threading
 from pathlib import Path
 
-from cobalt_min.sandbox_process import (CGROUP_SLACK_MB, SANDBOX_UID_BASE, UNSAFE_ENV, Runner,  # noqa: F401
-                                        bwrap_available, cgroup_support, imported_modules, namespaces_available,
+from cobalt_min.sandbox_process import (CGROUP_SLACK_MB, ISOLATIONS, SANDBOX_UID_BASE, UNSAFE_ENV,  # noqa: F401
+                                        Runner, bwrap_available, cgroup_support, imported_modules,
                                         require_safe_sandbox, resolve_isolation)
 from cobalt_min.sandbox_types import OUT_OF_TIME, STATUSES, Limits, SandboxError, TestResult  # noqa: F401
 
@@ -194,7 +200,8 @@ def grade_test(report: dict, expected, fn_name: str | None, float_tol=None, taco
             returned = _keep_ends(returned)
 
     def verdict(passed, status, detail=""):
-        return TestResult(passed, status, _keep_ends(out), _keep_ends(err), report["time_s"], code, detail, returned)
+        return TestResult(passed, status, _keep_ends(out), _keep_ends(err), report["time_s"], report["cpu_s"], code,
+                          detail, returned)
 
     if report["output_limited"]:
         return verdict(False, "output_limit", "the program printed more than the output limit")
@@ -262,10 +269,10 @@ class Sandbox(Runner):
                                                    timeout_s=self.limits.timeout_s))
         except SandboxError:
             raise  # the sandbox cannot run at all: not a verdict on this program
-        except Exception as e:  # noqa: BLE001 - whatever went wrong costs this program only
+        except Exception as e:  # an infrastructure failure (what a program does costs its tests, in reports)
             self._kill()  # the next program starts with a fresh runner
-            detail = f"the sandbox failed on this program ({type(e).__name__}: {str(e)[:300]})"
-            results += [TestResult(False, "runtime_error", detail=detail) for _ in range(len(inputs) - len(results))]
+            raise SandboxError(f"the sandbox failed while judging a program ({type(e).__name__}: "
+                               f"{str(e)[:300]})") from e
         if any(r.detail == OUT_OF_TIME for r in results):  # all or nothing, as the authors score it
             results = [dataclasses.replace(r, passed=False, status="timeout", detail=OUT_OF_TIME) for r in results]
         return results
@@ -310,16 +317,33 @@ def default_workers() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
+WAITED = 0.5  # a timeout whose processes used less CPU than this share of its wall time spent it waiting
+
+
+def waited_out(results: list[TestResult]) -> bool:
+    """Whether a program's timeouts may be a neighbour's doing: a test that timed out while its processes
+    together used the CPU for less than WAITED of its wall time (starved, or sleeping)."""
+    return any(r.status == "timeout" and r.cpu_s < WAITED * r.time_s for r in results)
+
+
 def run_batch(jobs: list[tuple[str, dict]], *, timeout_s: float = 4.0, memory_mb: int = 1024,
               workers: int | None = None, isolation: str = "auto", float_tol: float | None = None,
               executor: concurrent.futures.Executor | None = None, progress: bool | str = False,
               **limits) -> list[list[TestResult]]:
     """Judge many (program, tests) jobs concurrently; results come back in job order.
 
-    workers: concurrent sandboxes (default: one per CPU; each runs one test at a time, so the machine
-    is never oversubscribed). executor: any concurrent.futures.Executor (a ProcessPoolExecutor, Ray's
-    or Dask's executor, ...) to fan the work out beyond this machine; jobs are sent in chunks, each
-    chunk judged by one sandbox where the executor runs it. progress: show a tqdm bar (a str is its label).
+    workers: concurrent sandboxes (default: one per CPU; each runs one test at a time). As root, each
+    sandbox's processes together get one CPU at most (a cgroup), so a test that keeps many processes
+    busy cannot make a program on another worker time out; where no cgroup bounds the CPU, a program
+    with a timeout that spent its time waiting (waited_out) is judged again once the batch is done,
+    alone, and that verdict counts. A sandbox that fails (an infrastructure failure: a runner that cannot
+    start, a full TMPDIR) is replaced and the program judged again once; a second failure raises
+    SandboxError: such a failure is never a verdict. SIGINT or SIGTERM while judging (SIGTERM is turned
+    into SystemExit while this runs, where it would kill the process outright) stops every sandbox and
+    removes what they made (cgroups, folders) before the exception goes on.
+    executor: any concurrent.futures.Executor (a ProcessPoolExecutor, Ray's or Dask's executor, ...) to
+    fan the work out beyond this machine; jobs are sent in chunks, each chunk judged by one sandbox where
+    the executor runs it. progress: show a tqdm bar (a str is its label).
     """
     lim = _limits(timeout_s, memory_mb, **limits)
     for i, (_, tests) in enumerate(jobs):
@@ -344,39 +368,97 @@ def run_batch(jobs: list[tuple[str, dict]], *, timeout_s: float = 4.0, memory_mb
                 if bar:
                     bar.update(len(futures[fut]))
             return results
+        isolation = resolve_isolation(isolation)  # resolve (and warn) once, not per thread
         todo: queue.Queue = queue.Queue()
         for i in range(len(jobs)):
             todo.put(i)
-        errors: list = []
-        isolation = resolve_isolation(isolation)  # resolve (and warn) once, not per thread
+        live, errors, unbounded = [], [], []
+        stop = threading.Event()
 
-        def worker():
+        def judge(sandbox, i):
+            """jobs[i] in `sandbox` (or a new one), replaced and tried again once if it fails; the sandbox."""
+            for attempt in (1, 2):
+                try:
+                    if sandbox is None:
+                        sandbox = Sandbox(lim, isolation)
+                        live.append(sandbox)
+                        if not sandbox.cpu_bounded:
+                            unbounded.append(True)
+                    results[i] = sandbox.run(jobs[i][0], jobs[i][1], float_tol)
+                    return sandbox
+                except SandboxError:
+                    if sandbox is not None:
+                        sandbox.close()
+                        sandbox = None
+                    if attempt == 2 or stop.is_set():
+                        raise
+
+        def worker(finished):
+            sandbox = None
             try:
-                with Sandbox(lim, isolation) as sandbox:
-                    while not errors:
-                        try:
-                            i = todo.get_nowait()
-                        except queue.Empty:
-                            return
-                        program, tests = jobs[i]
-                        results[i] = sandbox.run(program, tests, float_tol)
-                        if bar:
-                            bar.update(1)
+                while not stop.is_set():
+                    try:
+                        i = todo.get_nowait()
+                    except queue.Empty:
+                        return
+                    sandbox = judge(sandbox, i)
+                    if bar:
+                        bar.update(1)
             except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread below
                 errors.append(e)
+                stop.set()
+            finally:
+                if sandbox is not None:
+                    sandbox.close()
+                finished.set()
 
         n = max(1, min(workers or default_workers(), len(jobs)))
-        threads = [threading.Thread(target=worker, daemon=True) for _ in range(n)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        # (Events, not Thread.join: a join that a signal interrupted may return early the next time.)
+        finished = [threading.Event() for _ in range(n)]
+        with _sigterm_as_exit():
+            try:
+                for event in finished:
+                    threading.Thread(target=worker, args=(event,), daemon=True).start()
+                for event in finished:
+                    event.wait()
+            except BaseException:  # Ctrl-C or SIGTERM: stop the workers, which close their sandboxes
+                stop.set()
+                for sandbox in list(live):
+                    sandbox.interrupt()
+                for event in finished:
+                    event.wait(timeout=30)
+                raise
         if errors:
             raise errors[0]
+        if unbounded:
+            again = [i for i, res in enumerate(results) if waited_out(res)]
+            if again:
+                with Sandbox(lim, isolation) as sandbox:
+                    for i in again:
+                        results[i] = sandbox.run(jobs[i][0], jobs[i][1], float_tol)
         return results
     finally:
         if bar:
             bar.close()
+
+
+@contextlib.contextmanager
+def _sigterm_as_exit():
+    """SIGTERM raises SystemExit(143) in the main thread while this runs, where it would otherwise end the
+    process at once (leaving the sandboxes' cgroups behind); elsewhere, or with a handler of the
+    program's own, nothing changes."""
+    main = threading.current_thread() is threading.main_thread()
+    if not main or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        yield
+        return
+
+    def terminate(signum, frame):
+        raise SystemExit(128 + signum)
+    signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def pass_rate(results: list[TestResult]) -> float:
@@ -413,9 +495,9 @@ def main(argv=None):
                              "runs out fails every test (default 27: the authors' 27 s with 4 tests at a time)")
     parser.add_argument("--float-tol", type=cli.non_negative, default=None,
                         help="accept real numbers within this tolerance")
-    parser.add_argument("--isolation", choices=["auto", "bwrap", "process"], default="auto",
-                        help="auto: bwrap when it works here, else process as root (own namespaces); without "
-                             "root and bubblewrap, process runs programs unisolated and must be asked for "
+    parser.add_argument("--isolation", choices=ISOLATIONS, default="auto",
+                        help="auto: bwrap when it works here, else process as root (namespaces the sandbox makes "
+                             "itself); unsafe runs programs without isolation, for trusted programs only "
                              "(default auto)")
     args = parser.parse_args(argv)
     try:

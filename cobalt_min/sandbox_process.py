@@ -1,7 +1,7 @@
 """The sandbox's process machinery: the runner processes, their isolation, and the channel to them.
 
-Nothing here decides a verdict (that is sandbox.py: output comparison, grade_test, Sandbox.run) and a
-reader of the paper can skip this file. Imports run one way: sandbox.py -> this file -> sandbox_runner.py,
+Verdicts are sandbox.py's (output comparison, grade_test, Sandbox.run), but for the tests that cost a
+runner its life (Runner.reports says what happened to them); a reader of the paper can skip this file. Imports run one way: sandbox.py -> this file -> sandbox_runner.py,
 all of them above sandbox_types.py. What it does: start one long-lived runner process
 (sandbox_runner.py) inside bubblewrap or in namespaces the runner makes itself, lease it a uid of its
 own, hand it one program and its tests' inputs at a time, read back its binary per-test reports, and
@@ -33,7 +33,7 @@ from cobalt_min.sandbox_types import OUT_OF_TIME, Limits, SandboxError, TestResu
 # runner would leave ~2 MB more of the compiler's memory in the process that every test forks from
 # (each page of it costs every fork).
 RUNNER_CODE = marshal.dumps(compile((Path(__file__).parent / "sandbox_runner.py").read_text(), "sandbox_runner.py",
-                                    "exec"))
+                                    "exec", dont_inherit=True))  # (not this file's __future__ flags)
 RUNNER_BOOT = ("import marshal, os, sys\nfd = int(sys.argv[2])\ncode = marshal.loads(os.pread(fd, 1 << 24, 0))\n"
                "os.close(fd)\nexec(code, {'__name__': '__main__'})\n")
 _RUNNER_CODE_FD: list = []
@@ -53,7 +53,7 @@ def _next_frame(data: bytes, pos: int):
 
 def _decode_report(body: bytes) -> dict:
     """The runner's binary report on one test (sandbox_runner.REPORT) as a dict for sandbox.grade_test()."""
-    k, code, flags, time_s, n_out, n_err, n_res = runner.REPORT.unpack_from(body)
+    k, code, flags, time_s, cpu_s, oom_kills, n_out, n_err, n_res = runner.REPORT.unpack_from(body)
     out = runner.REPORT.size
     if len(body) != out + n_out + n_err + n_res:
         raise ValueError("report sizes do not add up")
@@ -62,44 +62,50 @@ def _decode_report(body: bytes) -> dict:
     return {"i": k, "exit": code, "timed_out": bool(flags & runner.TIMED_OUT),
             "output_limited": bool(flags & runner.OUTPUT_LIMITED), "out_of_memory": bool(flags & runner.OUT_OF_MEMORY),
             "stdout": text[0], "stderr": text[1],
-            "result": text[2] if flags & runner.HAS_RESULT else None, "time_s": time_s}
+            "result": text[2] if flags & runner.HAS_RESULT else None, "time_s": time_s, "cpu_s": cpu_s,
+            "oom_kills": oom_kills}
 
 
 # ----------------------------------------------------------------------------- isolation modes
 
-UNSAFE_ENV = "COBALT_SANDBOX_ISOLATION"  # set to "process" to allow the unsafe process mode everywhere
-_WARNED: list = []  # the unsafe process mode's warning is given once per process
+UNSAFE_ENV = "COBALT_SANDBOX_ISOLATION"  # bwrap, process or unsafe: the mode 'auto' stands for
+ISOLATIONS = ("auto", "bwrap", "process", "unsafe")
+_WARNED: list = []  # the unsafe mode's warning is given once per process
 
 
 def resolve_isolation(isolation: str) -> str:
-    """'auto' -> 'bwrap' when it works here, else 'process' when it is safe here (root: own namespaces),
-    else an error saying how to get a safe mode, or how to opt in to the unsafe one for trusted code."""
-    if isolation not in ("auto", "bwrap", "process"):
-        raise ValueError(f"isolation must be auto, bwrap or process, not {isolation!r}")
+    """The mode a sandbox asked for `isolation` runs in. 'auto' -> 'bwrap' when bubblewrap works here,
+    else 'process' as root (namespaces the runner makes itself), else an error saying how to get a safe
+    mode, or how to opt in to the unsafe one for trusted code. Never a weaker mode than asked for: a mode
+    that cannot start raises SandboxError each time it is tried (nothing is cached as unavailable)."""
+    if isolation not in ISOLATIONS:
+        raise ValueError(f"isolation must be one of {', '.join(ISOLATIONS)}, not {isolation!r}")
     if isolation == "auto" and os.environ.get(UNSAFE_ENV):
         isolation = os.environ[UNSAFE_ENV]
-        if isolation not in ("bwrap", "process"):
-            raise SandboxError(f"{UNSAFE_ENV} must be bwrap or process, not {isolation!r}")
+        if isolation not in ISOLATIONS[1:]:
+            raise SandboxError(f"{UNSAFE_ENV} must be bwrap, process or unsafe, not {isolation!r}")
     if isolation == "bwrap" or (isolation == "auto" and bwrap_available()):
         if not bwrap_available():
             raise SandboxError("isolation='bwrap' was asked for but bubblewrap is missing or cannot start here: "
                                "install it (apt-get install bubblewrap).")
         return "bwrap"
-    if namespaces_available():
+    if isolation in ("auto", "process") and os.geteuid() == 0:
         return "process"
-    if isolation == "process":
+    if isolation == "unsafe":
         if not _WARNED:
             _WARNED.append(True)
-            warnings.warn("isolation='process' without namespaces: programs see the machine's files"
+            warnings.warn("isolation='unsafe': programs see the machine's files"
                           + ("" if os.geteuid() == 0 else ", run as your own user and can reach your processes")
                           + ". Use it for trusted programs only.", stacklevel=3)
-        return "process"
+        return "unsafe"
     raise SandboxError(
-        "no safe sandbox here: bubblewrap is missing or cannot start, and without root the process mode cannot "
-        "hide the machine's files from the programs (a policy in training could learn to read its tests' answers). "
-        "Install bubblewrap (apt-get install bubblewrap; in a container it needs unprivileged user namespaces or "
-        f"root), or, for trusted programs only, opt in with {UNSAFE_ENV}=process (the sandbox CLI: --isolation "
-        "process).")
+        ("isolation='process' makes namespaces and mounts, which needs root. " if isolation == "process" else
+         "no safe sandbox here: bubblewrap is missing or cannot start, and without root the process mode cannot "
+         "hide the machine's files from the programs (a policy in training could learn to read its tests' "
+         "answers). ")
+        + "Install bubblewrap (apt-get install bubblewrap; in a container it needs unprivileged user namespaces or "
+        f"root), or, for trusted programs only, opt in with {UNSAFE_ENV}=unsafe (the sandbox CLI: --isolation "
+        "unsafe).")
 
 
 def require_safe_sandbox() -> str:
@@ -111,39 +117,20 @@ def require_safe_sandbox() -> str:
         raise SystemExit(f"error: {e}") from None
 
 
-
-_BWRAP_OK: dict = {}
-_NAMESPACES_OK: dict = {}
+_BWRAP_OK: list = []  # set once bubblewrap has started here; a failed probe is tried again next time
 
 
 def bwrap_available() -> bool:
-    """bubblewrap installed and able to start a sandbox here (checked once per process)."""
-    if "ok" not in _BWRAP_OK:
-        path = shutil.which("bwrap")
-        ok = False
-        if path:
-            try:
-                probe = subprocess.run(_bwrap_prefix(Limits(), scratch_folder(_python_paths())) + [sys.executable, "-I", "-c", "pass"],
-                                       capture_output=True, timeout=30)
-                ok = probe.returncode == 0
-            except (OSError, subprocess.TimeoutExpired):
-                ok = False
-        _BWRAP_OK["ok"] = ok
-    return _BWRAP_OK["ok"]
-
-
-def namespaces_available() -> bool:
-    """Process mode can isolate here: the grader is root and may make namespaces and mounts (checked once
-    per process by starting a runner that does)."""
-    if "ok" not in _NAMESPACES_OK:
-        _NAMESPACES_OK["ok"] = False
-        if os.geteuid() == 0:
-            try:
-                Runner(Limits(), "process", _probe=True).start_and_close()
-                _NAMESPACES_OK["ok"] = True
-            except (SandboxError, OSError):
-                pass
-    return _NAMESPACES_OK["ok"]
+    """bubblewrap installed and able to start a sandbox here (a success is remembered, a failure is not)."""
+    if not _BWRAP_OK and shutil.which("bwrap"):
+        try:
+            probe = subprocess.run(_bwrap_prefix(Limits(), scratch_folder(_python_paths())) +
+                                   [sys.executable, "-I", "-c", "pass"], capture_output=True, timeout=30)
+            if probe.returncode == 0:
+                _BWRAP_OK.append(True)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    return bool(_BWRAP_OK)
 
 
 def _python_paths() -> list[str]:
@@ -244,14 +231,15 @@ class _UidLease:
 
 CGROUP_SLACK_MB = 64  # the runner and its job process share the test's cgroup: their memory on top of memory_mb
 CGROUP_SLACK_PROCS = 4  # likewise: the launcher (bwrap, or process mode's outer half), the runner, the job's two
+CGROUP_PERIOD_US = 100_000  # the CPU bound: all of a sandbox's processes together get one CPU per period at most
 _CGROUPS: dict = {}
 _WARNED_CGROUP: list = []  # the no-cgroup warning is given once per process
 
 
 def cgroup_support():
     """Where this process may make cgroups with a memory and a process limit: ("v1", {"memory": folder,
-    "pids": folder}) or ("v2", folder), each the grader's own cgroup (new ones go under it, never
-    elsewhere), or (None, why not). Checked once per process."""
+    "pids": folder, and "cpu": folder where the cpu controller is writable too}) or ("v2", folder), each the
+    grader's own cgroup (new ones go under it, never elsewhere), or (None, why not). Checked once per process."""
     if "found" in _CGROUPS:
         return _CGROUPS["found"]
     own = {}
@@ -264,9 +252,12 @@ def cgroup_support():
         own = {}
     found = (None, "no cgroup file system with memory and pids controllers here")
     v1 = {c: Path("/sys/fs/cgroup") / c / own.get(c, "/").lstrip("/") for c in ("memory", "pids")}
+    writable = lambda d: os.access(d, os.W_OK) and os.access(d / "cgroup.procs", os.W_OK)  # noqa: E731
     if all(c in own for c in v1):
-        writable = all(os.access(d, os.W_OK) and os.access(d / "cgroup.procs", os.W_OK) for d in v1.values())
-        found = _probe_cgroup(("v1", v1)) if writable else \
+        cpu = Path("/sys/fs/cgroup/cpu") / own.get("cpu", "/").lstrip("/")
+        if "cpu" in own and writable(cpu) and (cpu / "cpu.cfs_quota_us").exists():
+            v1["cpu"] = cpu
+        found = _probe_cgroup(("v1", v1)) if writable(v1["memory"]) and writable(v1["pids"]) else \
             (None, f"the cgroup v1 folders {v1['memory']} and {v1['pids']} are not writable by this user (as root they are)")
     elif "" in own and Path("/sys/fs/cgroup/cgroup.controllers").exists():
         base = Path("/sys/fs/cgroup") / own[""].lstrip("/")
@@ -274,6 +265,11 @@ def cgroup_support():
             enabled = (base / "cgroup.subtree_control").read_text().split()
             if not {"memory", "pids"} <= set(enabled):
                 (base / "cgroup.subtree_control").write_text("+memory +pids")
+            if "cpu" not in enabled:
+                try:  # the CPU bound where the cpu controller may be had (else sandboxes go without it)
+                    (base / "cgroup.subtree_control").write_text("+cpu")
+                except OSError:
+                    pass
             found = _probe_cgroup(("v2", base))
         except OSError as e:
             found = (None, f"cgroup v2 at {base} does not let this process make child cgroups with memory and "
@@ -305,8 +301,10 @@ class _Cgroup:
     """A cgroup of the sandbox's own, holding every process of it: the memory of all of them together
     (the test's processes, files in its tmpfs, the runner) is bounded by memory_mb + CGROUP_SLACK_MB,
     and their number by max_procs + CGROUP_SLACK_PROCS. Without it a test's 64 processes could each take
-    memory_mb. When the test goes over, the kernel kills a process of this cgroup (its largest: a test's)
-    and counts it in the counter the runner reads (oom_fd), so the test's verdict is memory_limit."""
+    memory_mb. When the test goes over, the kernel kills a process of this cgroup and counts it in the
+    counter the runner reads (oom_fd), so the test's verdict is memory_limit. Where the cpu controller
+    may be used (cpu_bounded), all its processes together get one CPU at most: a test that keeps 62
+    processes busy cannot slow the program judged in the sandbox beside it."""
 
     def __init__(self, found, limits):
         kind, where = found
@@ -314,22 +312,28 @@ class _Cgroup:
         memory = (limits.memory_mb + CGROUP_SLACK_MB) << 20
         procs = limits.max_procs + CGROUP_SLACK_PROCS
         if kind == "v1":
-            self.folders = [where["memory"] / name, where["pids"] / name]
+            self.folders = [where["memory"] / name, where["pids"] / name] + ([where["cpu"] / name] if "cpu" in where else [])
             settings = [(self.folders[0] / "memory.limit_in_bytes", memory),
                         (self.folders[0] / "memory.memsw.limit_in_bytes", memory),  # no swap (if accounted)
                         (self.folders[1] / "pids.max", procs)]
+            if "cpu" in where:
+                settings += [(self.folders[2] / "cpu.cfs_period_us", CGROUP_PERIOD_US),
+                             (self.folders[2] / "cpu.cfs_quota_us", CGROUP_PERIOD_US)]
             self.counter = self.folders[0] / "memory.oom_control"
         else:
             self.folders = [where / name]
             settings = [(self.folders[0] / "memory.max", memory), (self.folders[0] / "memory.swap.max", 0),
-                        (self.folders[0] / "pids.max", procs)]
+                        (self.folders[0] / "pids.max", procs),
+                        (self.folders[0] / "cpu.max", f"{CGROUP_PERIOD_US} {CGROUP_PERIOD_US}")]
             self.counter = self.folders[0] / "memory.events"
+        self.cpu_bounded = False
         try:
             for folder in self.folders:
                 folder.mkdir()
             for path, value in settings:
-                if path.exists() or path.name != "memory.memsw.limit_in_bytes":
+                if path.exists() or path.name not in ("memory.memsw.limit_in_bytes", "cpu.max"):
                     path.write_text(str(value))
+                    self.cpu_bounded |= path.name in ("cpu.cfs_quota_us", "cpu.max")
         except OSError:
             self.remove()
             raise
@@ -364,29 +368,36 @@ class Runner:
     Use as a context manager. Not thread-safe: one per thread (sandbox.run_batch does that). The runner
     dies with the thread that started it (the kernel's parent-death signal follows threads)."""
 
-    def __init__(self, limits: Limits | None = None, isolation: str = "auto", *, _probe: bool = False):
+    def __init__(self, limits: Limits | None = None, isolation: str = "auto"):
         self.limits = limits or Limits()
-        if _probe:  # namespaces_available(): try the namespaced process mode itself
-            self.isolation, self.namespaces = "process", True
-        else:
-            self.isolation = resolve_isolation(isolation)
-            self.namespaces = self.isolation == "process" and namespaces_available()
+        self.isolation = resolve_isolation(isolation)
+        self.namespaces = self.isolation == "process"  # (the runner makes them; bwrap makes them for it)
         self._proc = None
-        self._report_fd = None  # the memfd the runner appends test reports to (see sandbox_runner)
-        self._lease = _UidLease() if os.geteuid() == 0 else None
+        self._report_fd = self._job_fd = None  # memfds: test reports from the runner, the job to it (sandbox_runner)
         self._tmp = None
         self.restarts = 0
+        self._stopped = False  # interrupt(): no runner is started any more
         self._cgroup = self._counter_fd = None
-        if not _probe:
-            found = cgroup_support()
-            if found[0] is not None:
+        self._lease = _UidLease() if os.geteuid() == 0 else None
+        found = cgroup_support()
+        if found[0] is not None:
+            try:
                 self._cgroup = _Cgroup(found, self.limits)
                 self._counter_fd = os.open(self._cgroup.counter, os.O_RDONLY)
-            elif not _WARNED_CGROUP:
-                _WARNED_CGROUP.append(True)
-                warnings.warn(f"sandbox without a cgroup: {found[1]}. Memory is then bounded per process "
-                              "(address space), not per test: a test's processes together can take up to "
-                              "max_procs x memory_mb.", stacklevel=3)
+            except OSError as e:
+                self.close()
+                raise SandboxError(f"the sandbox's cgroup could not be made: {e}") from None
+        elif not _WARNED_CGROUP:
+            _WARNED_CGROUP.append(True)
+            warnings.warn(f"sandbox without a cgroup: {found[1]}. Memory is then bounded per process "
+                          "(address space), not per test: a test's processes together can take up to "
+                          "max_procs x memory_mb; and CPU per process, not per sandbox.", stacklevel=3)
+
+    @property
+    def cpu_bounded(self) -> bool:
+        """Whether all processes of this sandbox together get one CPU at most (a cgroup with the cpu
+        controller): a neighbour's busy test cannot then make one of ours time out."""
+        return self._cgroup is not None and self._cgroup.cpu_bounded
 
     def __enter__(self):
         return self
@@ -394,24 +405,38 @@ class Runner:
     def __exit__(self, *exc):
         self.close()
 
-    def start_and_close(self):
-        """Start the runner once and stop it (raises SandboxError if it cannot start)."""
-        try:
-            self._start()
-        finally:
-            self.close()
+    def interrupt(self):
+        """From another thread: kill the runner now and start no other, so that the thread using this
+        sandbox gets a SandboxError soon and closes it (sandbox.run_batch, when the grader is stopped)."""
+        self._stopped = True
+        proc = self._proc
+        if proc is not None and proc.returncode is None:
+            try:
+                proc.kill()
+            except OSError:
+                pass
 
     def _start(self):
+        """Start a runner; SandboxError if it cannot start (an infrastructure failure, never a verdict)."""
+        if self._stopped:
+            raise SandboxError("the grader was interrupted: no sandbox is started any more")
+        try:
+            self._start_runner()
+        except OSError as e:
+            self._kill()
+            raise SandboxError(f"the sandbox runner ({self.isolation}) could not start: {e}") from None
+
+    def _start_runner(self):
         uid = self._lease.uid if self._lease else None
         own_namespaces = self.isolation == "bwrap" or self.namespaces
         settings = {"uid": uid, "pidns": own_namespaces, "kill_all": own_namespaces or uid is not None,
                     "namespaces": self.namespaces, "private_ipc": own_namespaces or uid is not None,
-                    "parent": os.getpid() if self.isolation == "process" else None,
+                    "parent": os.getpid() if self.isolation != "bwrap" else None,
                     "jobns": own_namespaces, "oom_fd": self._counter_fd, "tmp_mb": self.limits.tmp_mb}
-        if self._tmp is None and self.isolation == "process":
-            # namespaces: where the sandbox's root is mounted (in its own mount namespace: this folder stays
-            # empty here); otherwise the programs' scratch folder.
-            self._tmp = tempfile.mkdtemp(prefix="cobalt_min-sandbox-")
+        if self._tmp is None and self.isolation != "bwrap":
+            # process: where the sandbox's root is mounted (in its own mount namespace: this folder stays
+            # empty here); unsafe: the programs' scratch folder.
+            self._tmp = tempfile.mkdtemp(prefix=f"cobalt_min-sandbox-{os.getpid()}-")
             if uid is not None and not self.namespaces:
                 os.chown(self._tmp, uid, uid)
         if self.isolation == "bwrap":
@@ -426,10 +451,10 @@ class Runner:
         else:
             settings["tmp"], cmd, env = self._tmp, [], _runner_env(self._tmp)
         if self._report_fd is None:
-            self._report_fd = os.memfd_create("cobalt_min-reports")
+            self._new_memfds()
         to_runner, self._to_runner = os.pipe()
         self._from_runner, from_runner = os.pipe()
-        settings.update(in_fd=to_runner, out_fd=from_runner, report_fd=self._report_fd)
+        settings.update(in_fd=to_runner, out_fd=from_runner, report_fd=self._report_fd, job_fd=self._job_fd)
         if not _RUNNER_CODE_FD:
             _RUNNER_CODE_FD.append(os.memfd_create("cobalt_min-runner"))
             os.write(_RUNNER_CODE_FD[0], RUNNER_CODE)
@@ -440,7 +465,7 @@ class Runner:
         # a pipe read here, never a file a program could reach through /proc.
         self._errlog, err_w = os.pipe()
         os.set_blocking(self._errlog, False)
-        fds = (to_runner, from_runner, self._report_fd, _RUNNER_CODE_FD[0]) + \
+        fds = (to_runner, from_runner, self._report_fd, self._job_fd, _RUNNER_CODE_FD[0]) + \
             ((self._counter_fd,) if self._counter_fd is not None else ())
         try:
             self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err_w,
@@ -456,7 +481,7 @@ class Runner:
             self._read_errors()
             detail = self._err[-2000:].decode(errors="replace").strip()
             self._kill()
-            if uid is not None and self.isolation == "process" and not self.namespaces:
+            if uid is not None and self.isolation == "unsafe":
                 detail += (f" (the runner runs as uid {uid}: it must be able to read the Python install "
                            f"{sys.base_prefix} and {sys.prefix})")
             raise SandboxError(f"the sandbox runner ({self.isolation}) did not start: {detail or 'no message'}")
@@ -481,9 +506,10 @@ class Runner:
             except (OSError, subprocess.TimeoutExpired):
                 pass
         self._kill()
-        if self._lease is not None and self.isolation == "process" and not self.namespaces:
+        if self._lease is not None and self.isolation == "unsafe":
             # The runner may have died before cleaning up: one more start kills whatever is left.
             try:
+                self._stopped = False
                 self._start()
                 self._send({"op": "exit"})
                 self._proc.wait(timeout=5)
@@ -502,9 +528,11 @@ class Runner:
             self._tmp = None
         if self._report_fd is not None:
             os.close(self._report_fd)
-            self._report_fd = None
+            os.close(self._job_fd)
+            self._report_fd = self._job_fd = None
         if self._cgroup is not None:
-            os.close(self._counter_fd)
+            if self._counter_fd is not None:
+                os.close(self._counter_fd)
             self._cgroup.remove()
             self._cgroup = self._counter_fd = None
 
@@ -569,6 +597,22 @@ class Runner:
                 return None
             self._buf += chunk
 
+    def _write_job(self, job: dict):
+        """The job file the runner's job process reads (sandbox_runner.read_job); the runner is idle."""
+        if self._job_fd is None:
+            self._new_memfds()
+        data = json.dumps(job).encode()
+        os.ftruncate(self._job_fd, len(data))
+        os.pwrite(self._job_fd, data, 0)
+
+    def _new_memfds(self):
+        self._report_fd = os.memfd_create("cobalt_min-reports")
+        self._job_fd = os.memfd_create("cobalt_min-job")
+
+    def _oom_kills(self) -> int:
+        """How many processes the kernel has killed in this sandbox's cgroup for memory (0 without one)."""
+        return runner.out_of_memory_kills({"oom_fd": self._counter_fd})
+
     def _max_frame(self):
         """The largest message the runner can honestly send: a report of three capped streams."""
         return 3 * self.limits.output_bytes + (1 << 16)
@@ -578,13 +622,13 @@ class Runner:
         dict (stdout, stderr, exit, result, ...) or, for a test that cost the runner its life or hit the
         program's total time limit, a TestResult that already says so."""
         lim = self.limits
-        job = {"op": "run", "program": program, "inputs": inputs, "fn_name": fn_name,
-               "imports": imported_modules(program),
+        job = {"program": program, "inputs": inputs, "fn_name": fn_name, "imports": imported_modules(program),
                "limits": {"timeout_s": lim.timeout_s, "memory_mb": lim.memory_mb, "output_bytes": lim.output_bytes,
                           "max_files": lim.max_files,
                           # RLIMIT_NPROC counts per uid and user namespace: it binds the sandbox alone under a
                           # reserved uid or in bwrap's own user namespace (non-root), else the user's processes.
                           "max_procs": lim.max_procs if self._lease or self.isolation == "bwrap" else 0}}
+        self._write_job(job)
         k = 0
         program_deadline = time.monotonic() + lim.total_timeout_s * min(lim.parallel_tests, len(inputs))
         while k < len(inputs):
@@ -598,8 +642,9 @@ class Runner:
                     self.restarts += 1
                 self._start()
             os.ftruncate(self._report_fd, 0)  # the runner is idle: drop the last job's reports
+            oom_kills = self._oom_kills()  # (a runner lost with this count up was killed for the test's memory)
             try:
-                self._send(dict(job, start=k, budget_s=max(0.0, program_deadline - time.monotonic())),
+                self._send({"op": "run", "start": k, "budget_s": max(0.0, program_deadline - time.monotonic())},
                            seconds=lim.timeout_s + 2.0)
             except OSError:  # (a runner that does not read its job within that is frozen: replace it)
                 self._kill()
@@ -620,6 +665,7 @@ class Runner:
                 if msg is not None and "i" in msg:  # a big report, sent through the pipe
                     reports, msg = reports + [msg], None
                 pending.update((report["i"], report) for report in reports)
+                oom_kills = max([oom_kills] + [report["oom_kills"] for report in reports])
                 while k in pending:
                     yield k, pending.pop(k)
                     k += 1
@@ -635,12 +681,19 @@ class Runner:
                     # Killed, frozen (SIGSTOP) or garbled by the program, or out of total time: judge
                     # test k (the first one not reported), replace the runner, go on with k + 1.
                     frozen = msg is None and not self._eof
-                    detail = (OUT_OF_TIME if time.monotonic() >= program_deadline
-                              else "the sandbox stopped answering" if frozen else "the program killed its sandbox")
                     self._kill()
+                    # The kernel's OOM killer picks the largest process of the cgroup, which is the runner when
+                    # the test's memory is in no process (memory files, kernel buffers), and a cgroup short of
+                    # memory can stall the runner: either way the test's doing.
+                    status, detail = ("timeout", OUT_OF_TIME) if time.monotonic() >= program_deadline else \
+                        ("memory_limit", "the test's processes together went over the memory limit (the sandbox "
+                                         "was lost with them)") if self._oom_kills() > oom_kills else \
+                        ("timeout", "the sandbox stopped answering") if frozen else \
+                        ("runtime_error", "the program killed its sandbox")
                     self.restarts += 1
                     job["imports"] = []  # the rest without importing ahead: that may be what failed
-                    yield k, TestResult(False, "timeout" if frozen else "runtime_error", detail=detail)
+                    self._write_job(job)
+                    yield k, TestResult(False, status, detail=detail)
                     k += 1
                     break
                 self._kill()  # every test reported, but the runner said something unexpected

@@ -4,8 +4,9 @@ sandbox_process.py starts this file's compiled code (`python -I -c <boot> <setti
 bubblewrap or as a subprocess that makes its own namespaces (enter_namespaces), and talks to it in
 frames (FRAME: length, kind; then the body):
 
-    grader -> runner (in_fd)     J {"op": "run", "program": str, "inputs": [...], "start": k, "budget_s": s,
-                                    "limits": {...}}
+    grader -> job file           JSON {"program": str, "inputs": [...], "fn_name", "imports", "limits": {...}},
+                                 written once per program (settings["job_fd"], a memfd)
+    grader -> runner (in_fd)     J {"op": "run", "start": k, "budget_s": s}: run the job file's tests from k
     runner -> report file        one R frame per test (REPORT header, then the stdout, stderr and
                                  result bytes), appended from offset 0 for each job
     runner -> grader (out_fd)    R frames of reports over PIPE_REPORT_BYTES instead of the file;
@@ -15,7 +16,10 @@ The two pipes are passed as extra descriptors (settings["in_fd"], ["out_fd"]), n
 bubblewrap's own pid 1 keeps descriptors 0-2 and runs as the grader's user when the grader is not
 root, so a test could reach anything held there through /proc/1/fd. It closes every other one.
 
-J bodies are JSON. The report file is a memfd the grader made and passed in (settings["report_fd"]):
+J bodies are JSON. The job file is read by the process that runs the job's tests, never by the runner
+(but in the unsafe mode): every test is a fork of that process, and a program can read all of its own
+memory, so the runner, from which every later job is forked, must never hold an earlier program or
+its inputs, not even in memory it has freed. The report file is a memfd the grader made and passed in (settings["report_fd"]):
 writing to it wakes nobody, so the grader wakes once per job instead of once per test, and if the
 runner dies mid-job, every test it finished is still there to read. Big reports (a program printing
 megabytes) go through the pipe, which the grader drains as they come: the file stays small. Reports
@@ -72,9 +76,10 @@ _libc = ctypes.CDLL(None, use_errno=True)
 
 
 FRAME = struct.Struct("!Qc")  # body length, kind: b"J" (JSON) or b"R" (test report)
-# A test report: test index, exit code (negative: killed by that signal), flags, wall seconds, and the
+# A test report: test index, exit code (negative: killed by that signal), flags, wall seconds, CPU seconds
+# of the test's processes together, the sandbox's out-of-memory kills so far (the cgroup's count), and the
 # sizes of the stdout, stderr and result bytes that follow (each cut at the output cap).
-REPORT = struct.Struct("!IiBd3I")
+REPORT = struct.Struct("!IiBddQ3I")
 TIMED_OUT, OUTPUT_LIMITED, HAS_RESULT, OUT_OF_MEMORY = 1, 2, 4, 8
 PIPE_REPORT_BYTES = 1 << 16  # a report bigger than this goes through the pipe, not the report file
 
@@ -127,7 +132,7 @@ def _mount(source, target, fstype, flags, data=None):
 
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
 SYS_CAPSET = {"x86_64": 126, "aarch64": 91}
-NAMESPACE_FILES = ((CLONE_NEWNS, "mnt"), (CLONE_NEWIPC, "ipc"), (CLONE_NEWPID, "pid"))
+NAMESPACE_FILES = ((CLONE_NEWNS, "mnt"), (CLONE_NEWIPC, "ipc"), (CLONE_NEWPID, "pid"), (CLONE_NEWNET, "net"))
 
 
 def enter_namespaces(settings):
@@ -197,36 +202,84 @@ def make_root(settings):
     _mount(None, "/", None, ro)
 
 
-# seccomp: system calls that make things outliving the process fail with EPERM. The kernel keyrings
-# of a uid outlive its processes (a program could leave keys there for a later program: a cache of
-# answers between a policy's samples), and so do System V shared memory, queues and semaphores
-# (gigabytes of them). x86-64 and aarch64; elsewhere the runner removes IPC objects after each test
-# instead (remove_ipc_objects) and keyrings stay open.
+# seccomp (x86-64 and aarch64), installed in each job process before its first test and inherited by every
+# test. What a program may not do:
+# - make things that outlive it: kernel keyrings (a uid's keyring would carry answers from one program to
+#   the next), System V shared memory, queues and semaphores (gigabytes of them);
+# - make namespaces (unshare, clone with a CLONE_NEW* flag; clone3, whose flags a filter cannot read, is
+#   answered ENOSYS and the C library falls back to clone): in a user namespace of its own a program could
+#   mount a tmpfs, memory that no limit of the sandbox counts;
+# - open sockets other than IPv4/IPv6 ones (which reach nothing: each job has a network namespace of its
+#   own whose loopback is down): a unix socket pair holds ~0.25 MiB of kernel memory in its buffers, outside
+#   any address-space limit;
+# - evict pages of shared read-only files from the page cache or probe them without blocking
+#   (posix_fadvise, preadv2/pwritev2 with their flags, cachestat, io_uring, which can do both): a channel to
+#   programs in other sandboxes;
+# - start a session of its own (setsid): the scheduler gives each session an equal share of the machine, so
+#   62 busy processes in 62 sessions would starve the program judged next to them.
+# Elsewhere the runner removes System V objects after each test instead (remove_ipc_objects) and the rest
+# stays open.
 AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
-BLOCKED_SYSCALLS = {  # add_key, request_key, keyctl, shmget, semget, msgget
-    "x86_64": (248, 249, 250, 29, 64, 68), "aarch64": (217, 218, 219, 194, 190, 186)}
+SYSCALLS = {  # name: (x86-64, aarch64)
+    "add_key": (248, 217), "request_key": (249, 218), "keyctl": (250, 219), "shmget": (29, 194),
+    "semget": (64, 190), "msgget": (68, 186), "unshare": (272, 97), "setns": (308, 268), "fadvise64": (221, 223),
+    "preadv2": (327, 286), "pwritev2": (328, 287), "cachestat": (451, 451), "io_uring_setup": (425, 425),
+    "io_uring_enter": (426, 426), "io_uring_register": (427, 427), "setsid": (112, 157), "socketpair": (53, 199),
+    "socket": (41, 198), "clone": (56, 220), "clone3": (435, 435)}
+BLOCKED_SYSCALLS = ("add_key", "request_key", "keyctl", "shmget", "semget", "msgget", "unshare", "setns", "fadvise64",
+                    "preadv2", "pwritev2", "cachestat", "io_uring_setup", "io_uring_enter", "io_uring_register",
+                    "setsid", "socketpair")
+NEW_NAMESPACE_FLAGS = 0x7E020000  # CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET
+SOCKET_FAMILIES = (2, 10)  # AF_INET, AF_INET6
 
 
-def block_lasting_objects():
-    """Install the seccomp filter above (inherited by every test); False where it does not exist."""
+def seccomp_filter():
+    """The filter above as a BPF program (built once per runner), or None where it does not exist.
+
+    Each instruction is (opcode, jump if true, jump if false, k); jumps are written as labels and
+    resolved here. seccomp_data: nr at offset 0, arch at 4, the arguments from 16 (low half first)."""
     machine = os.uname().machine
     if machine not in AUDIT_ARCH:
-        return False
-    ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
-    allow, deny, kill = 0x7FFF0000, 0x00050000 | errno.EPERM, 0x80000000
-    nrs = BLOCKED_SYSCALLS[machine]
-    prog = [(ld, 0, 0, 4), (jeq, 1, 0, AUDIT_ARCH[machine]), (ret, 0, 0, kill),  # another ABI: kill
-            (ld, 0, 0, 0), (jge, len(nrs) + 1, 0, 0x40000000)]  # x32 numbers: deny
-    prog += [(jeq, len(nrs) - i, 0, nr) for i, nr in enumerate(nrs)]
-    prog += [(ret, 0, 0, allow), (ret, 0, 0, deny)]
+        return None
+    column = 0 if machine == "x86_64" else 1
+    nr = {name: numbers[column] for name, numbers in SYSCALLS.items()}
+    LD, JEQ, JGE, JSET, RET = 0x20, 0x15, 0x35, 0x45, 0x06
+    ALLOW, KILL = 0x7FFF0000, 0x80000000
+    deny = lambda err: 0x00050000 | err  # noqa: E731 - SECCOMP_RET_ERRNO
+    code = [(LD, None, None, 4), (JEQ, None, "kill", AUDIT_ARCH[machine]),
+            (LD, None, None, 0), (JGE, "eperm", None, 0x40000000),  # x32 system call numbers
+            (JEQ, "socket", None, nr["socket"]), (JEQ, "clone", None, nr["clone"]),
+            (JEQ, "enosys", None, nr["clone3"])]
+    code += [(JEQ, "eperm", None, nr[name]) for name in BLOCKED_SYSCALLS]
+    code += [(RET, None, None, ALLOW),
+             "socket", (LD, None, None, 16)] + [(JEQ, "allow", None, family) for family in SOCKET_FAMILIES] + [
+             (RET, None, None, deny(errno.EPERM)),
+             "clone", (LD, None, None, 16), (JSET, "eperm", "allow", NEW_NAMESPACE_FLAGS),
+             "allow", (RET, None, None, ALLOW), "eperm", (RET, None, None, deny(errno.EPERM)),
+             "enosys", (RET, None, None, deny(errno.ENOSYS)), "kill", (RET, None, None, KILL)]
+    labels, program = {}, []
+    for item in code:
+        if isinstance(item, str):
+            labels[item] = len(program)
+        else:
+            program.append(item)
+    jump = lambda label, at: 0 if label is None else labels[label] - at - 1  # noqa: E731
 
     class Filter(ctypes.Structure):
         _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint)]
 
     class Program(ctypes.Structure):
         _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Filter))]
-    filters = (Filter * len(prog))(*[Filter(*f) for f in prog])
-    _check(_libc.prctl(PR_SET_SECCOMP, 2, ctypes.byref(Program(len(prog), filters)), 0, 0), "seccomp")
+    filters = (Filter * len(program))(*[Filter(op, jump(jt, i), jump(jf, i), k)
+                                        for i, (op, jt, jf, k) in enumerate(program)])
+    return Program(len(program), filters), filters  # (the array must outlive the program that points at it)
+
+
+def install_seccomp(settings):
+    """Install the filter (inherited by every test from here on); False where it does not exist."""
+    if settings["seccomp"] is None:
+        return False
+    _check(_libc.prctl(PR_SET_SECCOMP, 2, ctypes.byref(settings["seccomp"][0]), 0, 0), "seccomp")
     return True
 
 
@@ -249,7 +302,9 @@ def setup(settings):
     signal.signal(signal.SIGINT, _interrupt_unless_init)
     if settings.get("parent") is not None and not settings.get("namespaces") and os.getppid() != settings["parent"]:
         os._exit(0)  # the grader is already gone
-    settings["ipc_blocked"] = block_lasting_objects()
+    settings["seccomp"] = seccomp_filter()
+    if not settings["jobns"]:  # (with job namespaces each job process installs it: job_process)
+        settings["ipc_blocked"] = install_seccomp(settings)
     if settings["kill_all"]:
         # kill(-1) must only ever reach the sandbox's own processes: refuse to run if it would not.
         own_uid = uid is not None and uid != 0 and os.getuid() == uid
@@ -297,22 +352,47 @@ def out_of_memory_kills(settings):
     return int(text[at + 9:text.index(b"\n", at)]) if at >= 0 else 0
 
 
-def test_lost_a_process_to_oom(settings):
-    """Whether the kernel killed a process of this sandbox for memory since the last call (the last test)."""
+def lost_a_process_to_oom(settings):
+    """Whether the kernel killed a process of this sandbox for memory since the last call (the last test).
+    settings["oom_kills"] keeps the count, which each report carries (sandbox_process judges a runner lost
+    with the count up as memory_limit)."""
     kills = out_of_memory_kills(settings)
     lost, settings["oom_kills"] = kills > settings.get("oom_kills", 0), kills
     return lost
 
 
-def run_job(settings, job, code, compile_error, plan, start):
-    """Run a job's tests from `start` in a job process of its own (job_process), pid 1 of fresh mount,
-    pid and ipc namespaces with a fresh tmpfs for the scratch folder and /dev/shm: nothing a program
-    leaves (files, extended attributes, inode and pid numbers, System V objects, processes) can reach a
-    later program, as it all lives in namespaces that end with the job. Where the runner can return to
-    its own namespaces (setns; as root), it makes the job's for itself, forks the job process into them
-    and goes back: one fork per job. Otherwise (bubblewrap without root, whose user namespace owns the
-    namespaces one level up) a child makes them and forks the job process. Returns the first test not
-    run, or None if the job process was killed (the grader then charges the first test it has no report for)."""
+def read_job(settings, msg):
+    """The job: the program, its inputs, fn_name, the modules it imports and the limits, which the grader
+    wrote to the job file (settings["job_fd"], a memfd), with `msg`'s start and time budget. Read only by
+    the process that runs the job's tests: with job namespaces that is the job process, so the runner, the
+    process every later job is forked from, never holds a program, not even in memory it has freed."""
+    fd = settings["job_fd"]
+    job = json.loads(os.pread(fd, os.lseek(fd, 0, os.SEEK_END), 0))
+    job["start"], job["deadline"] = msg["start"], msg["deadline"]
+    return job
+
+
+def prepare_job(settings, job):
+    """(code, compile_error, plan) for the job's tests, and the limits every test inherits, set here."""
+    try:
+        code, compile_error = compile(job["program"], PROGRAM_NAME, "exec", dont_inherit=True), None
+    except BaseException as e:  # SyntaxError, ValueError (null bytes), RecursionError, MemoryError
+        code, compile_error = None, e.with_traceback(None)  # printed as python prints it: no runner frame
+    linecache.cache[PROGRAM_NAME] = (len(job["program"]), None, job["program"].splitlines(True), PROGRAM_NAME)
+    apply_shared_limits(job["limits"])
+    return code, compile_error, child_plan(settings, job)
+
+
+def run_job(settings, msg):
+    """Run a job's tests from msg["start"] in a job process of its own (job_process), pid 1 of fresh
+    mount, pid, ipc and network namespaces with a fresh tmpfs for the scratch folder and /dev/shm: nothing
+    a program leaves (files, extended attributes, inode and pid numbers, System V objects, processes,
+    sockets and the network's counters) can reach a later program, as it all lives in namespaces that end
+    with the job. Where the runner can return to its own namespaces (setns; as root), it makes the job's
+    for itself, forks the job process into them and goes back: one fork per job. Otherwise (bubblewrap
+    without root, whose user namespace owns the namespaces one level up) a child makes them and forks the
+    job process. Returns the first test not run, or None if the job process was killed (the grader then
+    charges the first test it has no report for)."""
     if settings.get("last_job"):
         os.waitpid(settings.pop("last_job"), 0)  # (by now its namespaces are long gone: see below)
     progress_r, progress_w = os.pipe()
@@ -321,7 +401,7 @@ def run_job(settings, job, code, compile_error, plan, start):
         try:
             pid = os.fork()
             if pid == 0:
-                run_job_process(settings, job, code, compile_error, plan, start, progress_r, progress_w)
+                run_job_process(settings, msg, progress_r, progress_w)
         finally:
             for kind, fd in settings["own_namespaces"]:  # back to the runner's own namespaces
                 _check(_libc.setns(fd, kind), "setns")
@@ -332,7 +412,7 @@ def run_job(settings, job, code, compile_error, plan, start):
             try:
                 make_job_namespaces(settings)
                 if os.fork() == 0:
-                    run_job_process(settings, job, code, compile_error, plan, start, progress_r, progress_w)
+                    run_job_process(settings, msg, progress_r, progress_w)
                 os.close(progress_w)  # (only the job process reports progress)
                 os.wait()
             finally:
@@ -346,10 +426,13 @@ def run_job(settings, job, code, compile_error, plan, start):
     return int.from_bytes(done, "big") if len(done) == 4 else None
 
 
+JOB_NAMESPACES = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWNET
+
+
 def make_job_namespaces(settings):
-    """New mount, pid (for the children) and ipc namespaces, and in them a fresh tmpfs on the scratch
-    folder and /dev/shm."""
-    _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC), "unshare")
+    """New mount, pid (for the children), ipc and network namespaces (a new one's loopback is down), and in
+    them a fresh tmpfs on the scratch folder and /dev/shm."""
+    _check(_libc.unshare(JOB_NAMESPACES), "unshare")
     _mount(None, "/", None, MS_REC | MS_PRIVATE)  # mounts made here stay in the job's namespace
     fresh = f"size={settings['tmp_mb']}m,nr_inodes=65536,mode=1777"
     for path in settings["clean_folders"]:
@@ -357,42 +440,45 @@ def make_job_namespaces(settings):
 
 
 def can_return_to_own_namespaces():
-    """Whether this process may setns back into its own mount, ipc and pid namespaces after unsharing
-    them (tried in a child, which exits 0 if so)."""
+    """Whether this process may setns back into its own namespaces after unsharing them (tried in a child,
+    which exits 0 if so)."""
     pid = os.fork()
     if pid == 0:
         try:
             own = [(kind, os.open(f"/proc/self/ns/{name}", os.O_RDONLY)) for kind, name in NAMESPACE_FILES]
-            _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC), "unshare")
+            _check(_libc.unshare(JOB_NAMESPACES), "unshare")
             os._exit(0 if all(_libc.setns(fd, kind) == 0 for kind, fd in own) else 1)
         finally:
             os._exit(1)
     return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
 
 
-def run_job_process(settings, job, code, compile_error, plan, start, progress_r, progress_w):
+def run_job_process(settings, msg, progress_r, progress_w):
     """In the forked job process: job_process, and exit (an error is the sandbox's, printed for the grader)."""
     try:
         os.close(progress_r)
-        job_process(settings, job, code, compile_error, plan, start, progress_w)
+        job_process(settings, msg, progress_w)
     except BaseException:
         traceback.print_exc()
     finally:
         os._exit(0)
 
 
-def job_process(settings, job, code, compile_error, plan, start, progress_w):
-    """The job process: pid 1 of the job's pid namespace, without any privilege, it imports what the
-    program imports and runs the tests. As pid 1 it gets no signal it does not handle (SIGKILL and
+def job_process(settings, msg, progress_w):
+    """The job process: pid 1 of the job's pid namespace, without any privilege, it reads the job, imports
+    what the program imports and runs the tests. As pid 1 it gets no signal it does not handle (SIGKILL and
     SIGSTOP from its tests are ignored by the kernel), so no test can stop the clock it keeps, and its
     kill(-1) reaches exactly the job's processes."""
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     os.close(settings["in_fd"])
     become_test_identity(settings)
+    settings["ipc_blocked"] = install_seccomp(settings)
     os.chdir(settings["tmp"])
     settings["clean"] = [[path, folder_state(path)] for path in settings["clean_folders"]]
-    test_lost_a_process_to_oom(settings)  # (counts from here)
+    lost_a_process_to_oom(settings)  # (counts from here)
+    job = read_job(settings, msg)
+    code, compile_error, plan = prepare_job(settings, job)
     missing = [name for name in job.get("imports") or () if name not in sys.modules]
     if missing and compile_error is None:
         saved = os.dup(2)
@@ -404,7 +490,7 @@ def job_process(settings, job, code, compile_error, plan, start, progress_w):
                 pass
         os.dup2(saved, 2)
         os.close(saved)
-    k = start
+    k = job["start"]
     while k < len(job["inputs"]) and time.monotonic() < job["deadline"]:
         run_one(settings, job, k, code, compile_error, plan)
         k += 1
@@ -566,9 +652,9 @@ def fresh_streams():
                              errors="backslashreplace", line_buffering=True))
 
 
-def child_plan(settings, job, streams):
-    """Everything a test child of this job needs that does not depend on the test, prepared ONCE in
-    the runner (a child that builds objects or calls helpers pays for it in copy-on-write faults)."""
+def child_plan(settings, job):
+    """Everything a test child of this job needs that does not depend on the test, prepared ONCE per job
+    (a child that builds objects or calls helpers pays for it in copy-on-write faults)."""
     limits = job["limits"]
     cpu, mem = int(limits["timeout_s"]) + 1, limits["memory_mb"] << 20
     # stdout and stderr are files: the kernel stops them (and any file the program writes) at the cap.
@@ -577,7 +663,7 @@ def child_plan(settings, job, streams):
     first = 3 if job.get("fn_name") is None else 4  # fds 0-2 (and 3, the result, for call-based tests)
     main = types.ModuleType("__main__")
     main.__dict__.update({"__builtins__": builtins, "__file__": PROGRAM_NAME})
-    return rlimits, first, main, streams, [PROGRAM_NAME], not settings["kill_all"]
+    return rlimits, first, main, settings["streams"], [PROGRAM_NAME], not settings["kill_all"]
 
 
 def run_child(code, compile_error, fn_name, args, fds, plan):
@@ -710,6 +796,7 @@ def run_one(settings, job, k, code, compile_error, plan, clean_up=True):
     else:
         fds.append(os.memfd_create("result"))
         args = job["inputs"][k]
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)  # the CPU time of every process reaped here so far
     start = time.monotonic()
     gc.freeze()  # objects made since the last test stay out of the child's collections (fewer page copies)
     pid = os.fork()
@@ -727,6 +814,10 @@ def run_one(settings, job, k, code, compile_error, plan, clean_up=True):
     os.close(pidfd)
     if clean_up:  # kill first, then clean: a leftover writer could refill the folder after a clean-up
         kill_leftovers(settings, pid)
+    # The CPU time of the test's processes together (all reaped by now, to us as the subreaper: with
+    # clean_up=False, those the caller kills later are not counted).
+    now = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = now.ru_utime + now.ru_stime - used.ru_utime - used.ru_stime
     cap = limits["output_bytes"]
     out, out_size = read_capped(fds[1], cap)
     err, err_size = read_capped(fds[2], cap)
@@ -737,8 +828,9 @@ def run_one(settings, job, k, code, compile_error, plan, clean_up=True):
         clean_after_test(settings)
     flags = ((not exited or elapsed > limits["timeout_s"] or exit_code == -signal.SIGXCPU) * TIMED_OUT
              | (max(out_size, err_size, res_size) > cap) * OUTPUT_LIMITED | (fn_name is not None) * HAS_RESULT
-             | test_lost_a_process_to_oom(settings) * OUT_OF_MEMORY)
-    report = REPORT.pack(k, exit_code, flags, elapsed, len(out), len(err), len(res)) + out + err + res
+             | lost_a_process_to_oom(settings) * OUT_OF_MEMORY)
+    report = REPORT.pack(k, exit_code, flags, elapsed, cpu, settings["oom_kills"], len(out), len(err), len(res)) \
+        + out + err + res
     write_frame(settings["out_fd"] if len(report) > PIPE_REPORT_BYTES else settings["report_fd"], b"R", report)
 
 
@@ -796,7 +888,7 @@ def main():
     folders = [settings["tmp"]] + (["/dev/shm"] if settings["private_ipc"] and os.path.isdir("/dev/shm") else [])
     settings["clean_folders"] = folders
     settings["clean"] = [[path, folder_state(path)] for path in folders]  # see clean_after_test
-    test_lost_a_process_to_oom(settings)  # (the cgroup's count may hold the kills of a runner before this one)
+    lost_a_process_to_oom(settings)  # (the cgroup's count may hold the kills of a runner before this one)
     if settings["jobns"]:  # what run_job returns to after making each job's namespaces, if it can
         settings["setns_back"] = can_return_to_own_namespaces()
         settings["own_namespaces"] = [(kind, os.open(f"/proc/self/ns/{name}", os.O_RDONLY))
@@ -804,32 +896,27 @@ def main():
     # CPython ignores SIGXFSZ; a test child must die when it writes past its file size limit. (The
     # runner itself has no such limit.) Set here once: signal.signal in each child costs ~20 page faults.
     signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
-    streams = fresh_streams()
+    settings["streams"] = fresh_streams()
     # What a test child replaces stays referenced here, so that the child never frees (= writes) it.
     replaced = (sys.stdin, sys.stdout, sys.stderr, sys.argv, sys.modules["__main__"])  # noqa: F841
     gc.freeze()  # objects that exist now are never scanned by a test's collector: fewer copied pages
     send(settings, {"ready": True, "pid": os.getpid(), "uid": os.getuid()})
     while True:
-        job = recv(settings)
-        if job is None or job.get("op") == "exit":
+        msg = recv(settings)  # {"op": "run", "start": k, "budget_s": s}: the job itself is in the job file
+        if msg is None or msg.get("op") == "exit":
             kill_leftovers(settings, None)
             return
-        try:
-            code, compile_error = compile(job["program"], PROGRAM_NAME, "exec"), None
-        except BaseException as e:  # SyntaxError, ValueError (null bytes), RecursionError, MemoryError
-            code, compile_error = None, e.with_traceback(None)  # printed as python prints it: no runner frame
-        linecache.cache[PROGRAM_NAME] = (len(job["program"]), None,
-                                         job["program"].splitlines(True), PROGRAM_NAME)
-        job["deadline"] = time.monotonic() + job["budget_s"]
-        apply_shared_limits(job["limits"])
-        plan = child_plan(settings, job, streams)
+        msg["deadline"] = time.monotonic() + msg["budget_s"]
         os.lseek(settings["report_fd"], 0, os.SEEK_SET)  # the grader emptied the file before sending the job
-        start = job.get("start", 0)
         if settings["jobns"]:
-            if run_job(settings, job, code, compile_error, plan, start) is None:
+            if run_job(settings, msg) is None:
                 sys.exit(1)  # killed (out of memory): the grader charges the first test without a report
             send(settings, {"done": True})
             continue
+        # The unsafe process mode (no namespaces): the runner reads the job and runs the tests itself.
+        job = read_job(settings, msg)
+        code, compile_error, plan = prepare_job(settings, job)
+        start = job["start"]
         missing = [name for name in job.get("imports") or () if name not in sys.modules]
         if missing and compile_error is None:
             start = run_in_template(settings, job, start, code, plan, missing)

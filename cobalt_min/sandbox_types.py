@@ -35,7 +35,8 @@ class TestResult:
     status: str  # one of STATUSES
     stdout: str = ""
     stderr: str = ""
-    time_s: float = 0.0
+    time_s: float = 0.0  # wall time
+    cpu_s: float = 0.0  # CPU time of the test's processes together
     exit_code: int | None = None
     detail: str = ""  # why the grader decided as it did, when that is not obvious
     returned: str | None = None  # call-based tests: the returned value as JSON text (head kept)

@@ -22,6 +22,8 @@ def isolation(request):
     """Both isolation modes; bwrap is skipped where it cannot run (CI installs it)."""
     if request.param == "bwrap" and not sandbox.bwrap_available():
         pytest.skip("bubblewrap is not available here")
+    if request.param == "process" and os.geteuid() != 0:
+        pytest.skip("the process mode makes namespaces: it needs root")
     return request.param
 
 

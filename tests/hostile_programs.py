@@ -13,6 +13,7 @@ Prints one JSON object: {name: {"results": [...], "elapsed_s": float, ...}, "_le
 import argparse
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from pathlib import Path
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, ROOT)
 sandbox = None  # cobalt_min.sandbox, imported once the harness has its final identity (main)
+ISOLATION = [None]  # the mode under test (main)
 
 TIMEOUT = 1.0  # per test, short so the whole suite stays quick
 MEMORY_MB = 256  # per process (sandbox memory_mb)
@@ -110,6 +112,17 @@ def programs(canary_dir: str, port: int, marker: str) -> dict:
         "reach_pid_1": (REACH_PID_1, {"inputs": ["\n"], "outputs": ["fd-denied ptrace-denied 0\n"]}),
         "interrupt_pid_1": ("import os, signal\nos.kill(1, signal.SIGINT)\nos.kill(os.getppid(), signal.SIGINT)\n"
                             + SUM, two),
+        # Third red team. Evict single pages of a shared read-only file from the machine's page cache, or
+        # probe them without blocking: a channel to programs in other sandboxes. Every way must be refused.
+        "page_cache_channel": (PAGE_CACHE, {"inputs": ["\n"], "outputs": ["fadvise-blocked nowait-blocked "
+                                                                          "cachestat-blocked io_uring-blocked\n"]}),
+        # Memory outside a process's address space: a tmpfs mounted in a user namespace of its own.
+        "nested_namespaces": (NESTED_NAMESPACES, {"inputs": ["\n"], "outputs": ["userns-blocked\n"]}),
+        # Kernel memory in socket buffers (unix socket pairs, filled and never read), in many processes.
+        "socket_buffers": (SOCKET_BUFFERS, {"inputs": ["\n"], "outputs": ["blocked\n"]}),
+        # Memory files (memfd_create; each under the file-size limit) in 20 processes: about 1 GiB that is in
+        # no process's address space. With a cgroup it counts against the sandbox's memory.
+        "memfd_hoard": (MEMFD_HOARD, {"inputs": ["\n"], "outputs": ["ok\n"]}),
     }
 
 
@@ -124,7 +137,25 @@ def sequences() -> dict:
         # folder and /dev/shm, pid numbers) and sets extended attributes on the folders it can; the probe
         # must print the same before and after.
         "side_channels": [(PROBE, answer), (SPOIL, answer), (PROBE, answer)],
+        # Third red team. Each program A carries a random marker in its source (several lengths: where freed
+        # memory is reused depends on sizes); the next program scans every readable page of its own memory
+        # (a test is a fork of the process that received the job) for any such marker.
+        "previous_source": [job for length in SOURCE_LENGTHS for job in ((marked_source(length), answer),
+                                                                          (FIND_SOURCE, answer))],
+        # A leaves connections in TIME_WAIT on ports that spell its answer, and moves the network namespace's
+        # counters (datagrams sent, packets without a route); the probe must print the same before and after.
+        "network_state": [(PROBE_NET, answer), (SPOIL_NET, answer), (PROBE_NET, answer)],
     }
+
+
+SOURCE_LENGTHS = (200, 700, 1500, 3000, 6000, 12000, 30000)
+
+
+def marked_source(length: int) -> str:
+    """A correct program of about `length` characters holding one random marker (the regex of FIND_SOURCE)."""
+    head = f"# SRC-{uuid.uuid4().hex}\n"
+    pad = "".join(f"# {k:06d} {'x' * 60}\n" for k in range(max(0, length - len(head) - len(SUM)) // 70))
+    return head + pad + SUM
 
 
 STOP_THE_CLOCK = r"""
@@ -252,6 +283,170 @@ for _ in range(50):
         os._exit(0)
     os.waitpid(pid, 0)
 print(3)
+"""
+
+
+FIND_SOURCE = r"""
+import ctypes, re
+ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE: /proc/self/mem readable
+pat = re.compile(rb'SRC-[0-9a-f]{32}')
+found = set()
+mem = open('/proc/self/mem', 'rb', 0)
+for line in open('/proc/self/maps'):
+    fields = line.split()
+    lo, hi = (int(x, 16) for x in fields[0].split('-'))
+    if 'r' not in fields[1] or hi - lo > 1 << 30 or (len(fields) > 5 and fields[5].startswith('[v')):
+        continue
+    try:
+        mem.seek(lo)
+        found.update(pat.findall(mem.read(hi - lo)))
+    except (OSError, ValueError, OverflowError):
+        pass
+print('found' if found else 'none')
+"""
+
+PROBE_NET = r"""
+out = []
+for name in ('tcp', 'tcp6', 'udp', 'udp6', 'unix'):
+    try:
+        out.append(len(open('/proc/net/' + name).read().splitlines()) - 1)
+    except OSError:
+        out.append('-')
+try:
+    rows = [line.split() for line in open('/proc/net/snmp')]
+    for a, b in zip(rows[::2], rows[1::2]):
+        out += [f'{a[0]}{k}={v}' for k, v in zip(a[1:], b[1:]) if k in ('OutRequests', 'OutNoRoutes', 'OutDatagrams')]
+except OSError:
+    out.append('no-snmp')
+print(*out)
+"""
+
+SPOIL_NET = r"""
+import socket
+for port in (40003, 40007, 40011):
+    try:
+        server = socket.socket()
+        server.bind(('127.0.0.1', 0))
+        server.listen()
+        client = socket.socket()
+        client.bind(('127.0.0.1', port))
+        client.connect(server.getsockname())
+        peer, _ = server.accept()
+        client.close()  # the side that closes first waits in TIME_WAIT
+        peer.close()
+        server.close()
+    except OSError:
+        pass
+for target in [('127.0.0.1', 9)] * 37 + [('10.1.2.3', 9)] * 11:
+    try:
+        socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', target)
+    except OSError:
+        pass
+print(3)
+"""
+
+PAGE_CACHE = r"""
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+fd = os.open(os.__file__, os.O_RDONLY)
+out = []
+try:
+    os.posix_fadvise(fd, 0, 4096, os.POSIX_FADV_DONTNEED)
+    out.append('fadvise-open')
+except OSError:
+    out.append('fadvise-blocked')
+try:
+    os.preadv(fd, [bytearray(4096)], 0, os.RWF_NOWAIT)
+    out.append('nowait-open')
+except OSError:
+    out.append('nowait-blocked')
+CACHESTAT, IO_URING_SETUP = 451, 425  # the same numbers on x86-64 and aarch64
+rng, stat = (ctypes.c_uint64 * 2)(0, 4096), (ctypes.c_uint64 * 6)()
+r = libc.syscall(CACHESTAT, fd, ctypes.byref(rng), ctypes.byref(stat), 0)
+out.append('cachestat-open' if r == 0 else 'cachestat-blocked')
+params = (ctypes.c_uint8 * 120)()
+r = libc.syscall(IO_URING_SETUP, 4, ctypes.byref(params))
+out.append('io_uring-open' if r >= 0 else 'io_uring-blocked')
+input()
+print(*out)
+"""
+
+NESTED_NAMESPACES = r"""
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+CLONE_NEWUSER, CLONE_NEWNS = 0x10000000, 0x20000
+held = 0
+if libc.unshare(CLONE_NEWUSER | CLONE_NEWNS) == 0:
+    os.makedirs('m', exist_ok=True)
+    if libc.mount(b'tmpfs', b'm', b'tmpfs', 0, b'size=600m') == 0:
+        try:
+            with open('m/fill', 'wb') as f:
+                for _ in range(48):
+                    f.write(b'\x01' * (10 << 20))
+                    held += 10
+        except OSError:
+            pass
+    print('userns-open', held)
+else:
+    input()
+    print('userns-blocked')
+"""
+
+SOCKET_BUFFERS = r"""
+import os, socket
+try:
+    socket.socketpair()
+except OSError:
+    print('blocked')
+    raise SystemExit
+r, w = os.pipe()
+pids = []
+for _ in range(8):
+    pid = os.fork()
+    if pid == 0:
+        os.close(w)
+        keep = []
+        try:
+            for _ in range(24):
+                a, b = socket.socketpair()
+                a.setblocking(False)
+                try:
+                    while True:
+                        a.send(b'\x01' * 65536)
+                except OSError:
+                    pass
+                keep.append((a, b))
+        except OSError:
+            pass
+        os.read(r, 1)  # hold the buffers until every process has filled its own
+        os._exit(0)
+    pids.append(pid)
+os.close(w)
+ok = all(os.waitpid(p, 0)[1] == 0 for p in pids)
+print('ok' if ok else 'a child died')
+"""
+
+
+MEMFD_HOARD = r"""
+import os
+input()
+r, w = os.pipe()
+pids = []
+for _ in range(20):
+    pid = os.fork()
+    if pid == 0:
+        os.close(w)
+        held = []
+        for k in range(50):
+            fd = os.memfd_create(f'm{k}')
+            os.write(fd, b'\x01' * (1 << 20))
+            held.append(fd)
+        os.read(r, 1)  # hold them until every process has its own
+        os._exit(0)
+    pids.append(pid)
+os.close(w)
+ok = all(os.waitpid(p, 0)[1] == 0 for p in pids)
+print('ok' if ok else 'a child died')
 """
 
 
@@ -401,6 +596,129 @@ if os.path.exists(DEMO):
     found.append(DEMO)
 print('FOUND' if found else 'not found', found[:3])
 """
+
+
+# A program that keeps a CPU busy in each of 57 processes, each in a session of its own (the kernel's
+# scheduler then gives each session an equal share of the machine); and a correct program that needs about
+# 0.3 s of CPU time, judged on the other worker meanwhile.
+CPU_HOG = r"""
+import os
+input()
+for _ in range(56):
+    if os.fork() == 0:
+        try:
+            os.setsid()
+        except OSError:
+            pass
+        while True:
+            pass
+while True:
+    pass
+"""
+NEEDS_CPU = r"""
+import time
+a, b = map(int, input().split())
+end = time.process_time() + 0.3
+while time.process_time() < end:
+    pass
+print(a + b)
+"""
+
+
+def run_noisy_neighbours():
+    """The CPU hog's three tests on one worker while six correct programs are judged on the other."""
+    hog = (CPU_HOG, {"inputs": ["\n"] * 3, "outputs": ["\n"] * 3})
+    correct = [(NEEDS_CPU, {"inputs": ["1 2\n"], "outputs": ["3\n"]})] * 6
+    start = time.monotonic()
+    batch = sandbox.run_batch([hog] + correct, timeout_s=1.5, total_timeout_s=30, workers=2,
+                              isolation=ISOLATION[0], memory_mb=MEMORY_MB)
+    return {"hog": [r.to_dict() for r in batch[0]], "correct": [[r.to_dict() for r in rs] for rs in batch[1:]],
+            "elapsed_s": time.monotonic() - start}
+
+
+# A grader that meets a transient fault at its first sandbox (its TMPDIR, found usable when the grader
+# started, is out of inodes: no folder can be made there), then, the fault gone, judges a program that
+# reads a file of the machine. Run in a fresh process, as a grader starts. Prints what the first batch did
+# and what the program read.
+GRADER_FAULT = r"""
+import json, os, sys, tempfile
+sys.path.insert(0, sys.argv[1])
+from cobalt_min import sandbox
+canary = sys.argv[2]
+tempfile.gettempdir()  # the grader has started: TMPDIR was fine then
+filler = os.path.join(tempfile.gettempdir(), "filler")
+os.mkdir(filler)
+for k in range(100):
+    try:
+        open(os.path.join(filler, f"f{k}"), "w").close()
+    except OSError:
+        break
+tests = {"inputs": ["1 2\n"], "outputs": ["3\n"]}
+out = {}
+try:
+    out["first"] = [r.status for r in sandbox.run_batch([("print(3)\n", tests)], isolation="process")[0]]
+except sandbox.SandboxError as e:
+    out["first"] = "SandboxError: " + str(e)[:300]
+for name in os.listdir(filler):
+    os.remove(os.path.join(filler, name))
+reader = ("try:\n    print(open(%r).read())\nexcept OSError:\n    print('blocked')\n" % canary)
+try:
+    out["second"] = [r.stdout for r in sandbox.run_batch([(reader, tests)], isolation="process")[0]]
+except sandbox.SandboxError as e:
+    out["second"] = "SandboxError: " + str(e)[:300]
+print(json.dumps(out))
+"""
+
+
+def run_grader_fault(canary_dir):
+    """GRADER_FAULT with TMPDIR on a tmpfs of 16 inodes (mounted in this namespace only)."""
+    tmp = tempfile.mkdtemp(prefix="hostile-fulltmp-")
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,nr_inodes=16,mode=1777", "tmpfs", tmp], check=True)
+    try:
+        proc = subprocess.run([sys.executable, "-c", GRADER_FAULT, os.path.abspath(ROOT),
+                               os.path.join(canary_dir, "canary.txt")], capture_output=True, text=True, timeout=120,
+                              env=dict(os.environ, TMPDIR=tmp))
+        out = json.loads(proc.stdout) if proc.stdout.strip() else {}
+        out["stderr"] = proc.stderr[-2000:]
+        return out
+    finally:
+        subprocess.run(["umount", "-l", tmp])
+
+
+# A grader judging two programs that never finish, stopped by a signal while they run.
+GRADER_STOPPED = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+from cobalt_min import sandbox
+forever = ("while True:\n    pass\n", {"inputs": ["\n"] * 4, "outputs": ["\n"] * 4})
+print("judging", flush=True)
+sandbox.run_batch([forever, forever], timeout_s=20, total_timeout_s=100, workers=2, isolation=sys.argv[2])
+"""
+
+
+def run_stopped_grader(isolation, signum):
+    """GRADER_STOPPED, sent `signum` once its sandboxes run; then what it left: its cgroups and the folders in
+    its TMPDIR."""
+    tmp = tempfile.mkdtemp(prefix="hostile-stopped-")
+    os.chmod(tmp, 0o777)
+    kind, where = sandbox.cgroup_support()
+    bases = [] if kind is None else list(where.values()) if kind == "v1" else [where]
+    earlier = {c for base in bases for c in base.glob("cobalt_min-*")}  # (pids repeat: namespaces, earlier runs)
+    proc = subprocess.Popen([sys.executable, "-c", GRADER_STOPPED, os.path.abspath(ROOT), isolation],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ, TMPDIR=tmp))
+    proc.stdout.readline()
+    time.sleep(2.0)  # both sandboxes started, their programs running
+    made = [str(c) for base in bases for c in base.glob(f"cobalt_min-{proc.pid}-*") if c not in earlier]
+    start = time.monotonic()
+    proc.send_signal(signum)
+    try:
+        _, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+    left = [str(c) for base in bases for c in base.glob(f"cobalt_min-{proc.pid}-*") if c not in earlier]
+    return {"cgroups_made": made, "cgroups_left": left, "tmp_left": os.listdir(tmp),
+            "exit": proc.returncode, "stop_s": time.monotonic() - start, "stderr": err[-2000:]}
 
 
 FILL_THEN_COUNT = """
@@ -612,6 +930,7 @@ def main():
         os.environ["HOME"] = os.environ["TMPDIR"] = "/tmp"
     from cobalt_min import sandbox as imported
     sandbox = imported
+    ISOLATION[0] = args.isolation
     secret = "SECRET-" + uuid.uuid4().hex
     os.environ["COBALT_TEST_SECRET"] = secret
     marker = "HUNT-" + uuid.uuid4().hex
@@ -653,6 +972,11 @@ def main():
         out[name] = {"jobs": [[r.to_dict() for r in results] for results in batch],
                      "elapsed_s": time.monotonic() - start, "leftover": leftover_processes(args.as_user)}
     out["cli_hunt"] = run_cli_hunt(args.isolation, marker)
+    out["noisy_neighbours"] = run_noisy_neighbours()
+    if args.isolation == "process":  # (a full TMPDIR concerns the process mode only: bwrap makes no folder there)
+        out["grader_fault"] = run_grader_fault(args.canary_dir)
+    out["stopped"] = {name: run_stopped_grader(args.isolation, signum)
+                      for name, signum in (("SIGTERM", signal.SIGTERM), ("SIGINT", signal.SIGINT))}
     out["_cgroup"] = sandbox.cgroup_support()[0]
     stop.set()
     out["_secret"] = secret

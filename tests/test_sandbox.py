@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from cobalt_min.sandbox import (Limits, Sandbox, imported_modules, normalize_lines, pass_rate, run_batch, run_tests,
-                                stdout_matches, value_matches)
+from cobalt_min.sandbox import (Limits, Sandbox, SandboxError, imported_modules, normalize_lines, pass_rate, run_batch,
+                                run_tests, stdout_matches, value_matches)
 
 ROOT = str(Path(__file__).resolve().parent.parent)
 SUM_TESTS = {"inputs": ["1 2\n", "10 20\n", "-5 5\n"], "outputs": ["3\n", "30\n", "0\n"]}
@@ -375,21 +375,29 @@ def test_a_malformed_call_result_costs_that_test_only(isolation, name):
 CALL_OK = "def add(a, b):\n    return a + b\n"
 
 
-def test_a_grader_failure_on_one_job_never_loses_the_others(monkeypatch):
+@pytest.mark.parametrize("failures", [1, 2])
+def test_a_grader_failure_is_an_error_never_a_verdict(monkeypatch, failures):
+    # A failure of the sandbox itself while judging a program (here a bug in the grader) is never scored: the
+    # program is judged again in a fresh sandbox, and a second failure stops the batch with a SandboxError.
     import cobalt_min.sandbox as sandbox_module
     real_grade = sandbox_module.grade_test
+    failed = []
 
     def grade_that_fails_on_seven(report, expected, *args, **kwargs):
-        if report["stdout"] == "7\n":
+        if report["stdout"] == "7\n" and len(failed) < failures:
+            failed.append(True)
             raise RuntimeError("a bug in the grader")
         return real_grade(report, expected, *args, **kwargs)
 
     monkeypatch.setattr(sandbox_module, "grade_test", grade_that_fails_on_seven)
     jobs = [(READERS["input"], SUM_TESTS), ("print(7)\n", SUM_TESTS), (READERS["input"], SUM_TESTS)]
+    if failures == 2:
+        with pytest.raises(SandboxError, match="a bug in the grader"):
+            run_batch(jobs, workers=1)
+        return
     results = run_batch(jobs, workers=1)
     assert [r.status for r in results[0]] == [r.status for r in results[2]] == ["passed"] * 3
-    assert [r.status for r in results[1]] == ["runtime_error"] * 3
-    assert "a bug in the grader" in results[1][0].detail
+    assert [r.status for r in results[1]] == ["wrong_answer"] * 3
 
 
 def test_numbers_never_compare_as_overflowed_floats():
@@ -435,16 +443,36 @@ def test_honest_programs_with_many_threads_fit_the_memory_limit(isolation):
 def test_auto_refuses_an_unsafe_mode_and_says_how_to_opt_in(monkeypatch):
     import cobalt_min.sandbox_process as sandbox_module  # where the isolation policy lives
     monkeypatch.setattr(sandbox_module, "bwrap_available", lambda: False)
-    monkeypatch.setattr(sandbox_module, "namespaces_available", lambda: False)  # e.g. a user without root
+    monkeypatch.setattr(sandbox_module.os, "geteuid", lambda: 1000)  # a user without root
     monkeypatch.delenv(sandbox_module.UNSAFE_ENV, raising=False)
     with pytest.raises(sandbox_module.SandboxError) as err:
         sandbox_module.resolve_isolation("auto")
-    assert "apt-get install bubblewrap" in str(err.value) and "--isolation process" in str(err.value)
-    assert sandbox_module.UNSAFE_ENV + "=process" in str(err.value)
+    assert "apt-get install bubblewrap" in str(err.value) and "--isolation unsafe" in str(err.value)
+    assert sandbox_module.UNSAFE_ENV + "=unsafe" in str(err.value)
+    # The process mode is the namespaced one or nothing: without root it refuses, never runs unisolated.
+    with pytest.raises(sandbox_module.SandboxError, match="needs root"):
+        sandbox_module.resolve_isolation("process")
     with pytest.warns(UserWarning, match="trusted programs only"):
-        assert sandbox_module.resolve_isolation("process") == "process"  # the explicit opt-in
-    monkeypatch.setenv(sandbox_module.UNSAFE_ENV, "process")
-    assert sandbox_module.resolve_isolation("auto") == "process"
+        assert sandbox_module.resolve_isolation("unsafe") == "unsafe"  # the explicit opt-in
+    monkeypatch.setenv(sandbox_module.UNSAFE_ENV, "unsafe")
+    assert sandbox_module.resolve_isolation("auto") == "unsafe"
+
+
+def test_a_mode_that_fails_to_start_is_tried_again_never_downgraded(monkeypatch, tmp_path):
+    # One failed start (here: no folder can be made for the sandbox) is an error for that sandbox only;
+    # the next sandbox asked for the same mode gets it, namespaces and all.
+    import os
+    import tempfile
+    if os.geteuid() != 0:
+        pytest.skip("the namespaced process mode needs root")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "missing"))
+    with pytest.raises(SandboxError, match="could not start"):
+        run_tests("print(3)\n", {"inputs": [""], "outputs": ["3\n"]}, isolation="process")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with Sandbox(isolation="process") as sb:
+        results = sb.run("import os\nprint(os.path.exists(%r))\n" % os.path.join(ROOT, "README.md"),
+                         {"inputs": [""], "outputs": ["False\n"]})
+        assert sb.namespaces and [r.status for r in results] == ["passed"], results
 
 
 def test_uid_leases_are_machine_wide_whatever_tmpdir(tmp_path):
@@ -536,7 +564,29 @@ def test_programs_still_get_keyboard_interrupt(isolation):
 def test_the_measured_time_decides_a_timeout():
     # Whatever the runner's report says, a test that ran longer than its limit is a timeout (grader side).
     from cobalt_min.sandbox import grade_test
-    report = {"stdout": "3\n", "stderr": "", "exit": 0, "timed_out": False, "output_limited": False, "time_s": 2.5}
+    report = {"stdout": "3\n", "stderr": "", "exit": 0, "timed_out": False, "output_limited": False, "time_s": 2.5,
+              "cpu_s": 2.4}
     assert grade_test(report, "3\n", None).passed
     assert grade_test(report, "3\n", None, timeout_s=2.0).status == "timeout"
     assert grade_test(dict(report, time_s=1.9), "3\n", None, timeout_s=2.0).passed
+
+
+def test_timeouts_spent_waiting_are_judged_again_alone_where_no_cgroup_bounds_the_cpu(monkeypatch):
+    # Without a CPU bound per sandbox a busy neighbour can starve a program: a program with a timeout whose
+    # processes used the CPU for less than half its wall time is judged once more after the batch, alone.
+    from cobalt_min import sandbox as sandbox_module
+    from cobalt_min.sandbox_types import TestResult
+    assert sandbox_module.waited_out([TestResult(False, "timeout", time_s=1.2, cpu_s=0.3)])
+    assert not sandbox_module.waited_out([TestResult(False, "timeout", time_s=1.2, cpu_s=1.1)])  # busy itself
+    assert not sandbox_module.waited_out([TestResult(True, "passed", time_s=0.2, cpu_s=0.0)])
+    runs = []
+    real_run = sandbox_module.Sandbox.run
+    monkeypatch.setattr(sandbox_module.Sandbox, "run", lambda self, *a: runs.append(a[0]) or real_run(self, *a))
+    sleeper, spinner = "import time\ntime.sleep(3)\n", "while True:\n    pass\n"
+    jobs = [(sleeper, SUM_TESTS), (spinner, SUM_TESTS), (READERS["input"], SUM_TESTS)]
+    for bounded in (True, False):
+        monkeypatch.setattr(sandbox_module.Sandbox, "cpu_bounded", property(lambda self: bounded))
+        runs.clear()
+        results = run_batch(jobs, timeout_s=0.5, workers=2)
+        assert [r.status for r in results[0] + results[1]] == ["timeout"] * 6
+        assert sorted(runs) == sorted([sleeper, spinner, READERS["input"]] + ([] if bounded else [sleeper])), runs

@@ -253,3 +253,70 @@ def test_counters_and_attributes_carry_nothing_between_programs(hostile):
     before, spoil, after = run["side_channels"]["jobs"]
     assert before[0]["stdout"] == after[0]["stdout"], (before[0]["stdout"], after[0]["stdout"])
     assert "no-xattr" in after[0]["stdout"]
+
+
+# ----------------------------------------------------------------------------- the third red team
+
+
+def test_no_program_finds_an_earlier_programs_source_in_its_memory(hostile):
+    # A test is a fork of the process that received its job: that process must never have held the source
+    # of an earlier program, freed or not.
+    run, _ = hostile
+    finds = [results[0]["stdout"] for results in run["previous_source"]["jobs"][1::2]]
+    assert finds == ["none\n"] * len(hostile_programs.SOURCE_LENGTHS), finds
+    assert all(results[0]["status"] == "passed" for results in run["previous_source"]["jobs"][::2])
+
+
+def test_network_state_carries_nothing_between_programs(hostile):
+    # Connections left in TIME_WAIT and the network counters: a fresh network namespace per program.
+    run, _ = hostile
+    before, spoil, after = run["network_state"]["jobs"]
+    assert spoil[0]["status"] == "passed", spoil
+    assert before[0]["stdout"] == after[0]["stdout"], (before[0]["stdout"], after[0]["stdout"])
+
+
+def test_the_page_cache_cannot_be_evicted_or_probed_without_blocking(hostile):
+    run, _ = hostile
+    assert _statuses(run, "page_cache_channel") == ["passed"], run["page_cache_channel"]["results"]
+
+
+def test_memory_outside_the_address_space_is_refused_or_counted(hostile):
+    run, _ = hostile
+    assert _statuses(run, "nested_namespaces") == ["passed"], run["nested_namespaces"]["results"]
+    assert _statuses(run, "socket_buffers") == ["passed"], run["socket_buffers"]["results"]
+    # About 1 GiB of memory files: with a cgroup the sandbox's memory limit holds and the verdict says so,
+    # whichever process the kernel chose to kill; without one, README's per-process bound is all there is.
+    expected = ["memory_limit"] if run["_cgroup"] else ["passed"]
+    assert _statuses(run, "memfd_hoard") == expected, run["memfd_hoard"]["results"]
+    for name in ("nested_namespaces", "socket_buffers", "memfd_hoard"):
+        _check_contained(run, name)
+
+
+def test_a_busy_neighbour_does_not_time_out_correct_programs(hostile):
+    # 57 busy processes, each in a session of its own, on one worker; six correct programs needing 0.3 s of
+    # CPU each on the other, with a 1.5 s limit.
+    run, _ = hostile
+    case = run["noisy_neighbours"]
+    assert [r["status"] for r in case["hog"]] == ["timeout"] * 3, case["hog"]
+    assert [results[0]["status"] for results in case["correct"]] == ["passed"] * 6, case["correct"]
+
+
+def test_a_transient_fault_is_a_sandbox_error_never_a_weaker_sandbox(hostile):
+    # Process mode: the first sandbox meets a full TMPDIR (an infrastructure failure: an error, not six
+    # runtime_error verdicts); once the fault is gone, the next sandbox isolates as ever.
+    run, _ = hostile
+    if "grader_fault" not in run:
+        pytest.skip("a full TMPDIR concerns the process mode only")
+    case = run["grader_fault"]
+    assert str(case.get("first")).startswith("SandboxError"), case
+    assert case.get("second") == ["blocked\n"], case
+
+
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT"])
+def test_a_stopped_grader_leaves_no_cgroup_or_folder(hostile, signame):
+    run, _ = hostile
+    case = run["stopped"][signame]
+    assert case["cgroups_left"] == [] and case["tmp_left"] == [], case
+    if run["_cgroup"]:  # (one cgroup per sandbox, a folder per controller)
+        assert len({os.path.basename(c) for c in case["cgroups_made"]}) == 2, case
+    assert case["stop_s"] < 15, case
