@@ -61,7 +61,7 @@ def parse_args(argv=None):
     g.add_argument("--max-new-tokens", type=cli.count, default=8192, help="default 8192")
     cli.stop_after_code_flag(g)
     g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--timeout", type=cli.positive, default=4.0, help="seconds per test (default 4)")
+    cli.grader_flags(g)
     g.add_argument("--workers", type=cli.count, default=None, help="sandbox workers (default: one per CPU)")
     g.add_argument("--batch-problems", type=cli.count, default=8, help="problems rolled out together (default 8)")
     g = ap.add_argument_group("contexts (paper §4 defaults)")
@@ -95,7 +95,7 @@ def token_counter(path: str, thinking: bool):
 
 # What decides the trajectories a collection writes: a --resume must keep them (cli.record_settings).
 SETTINGS = ("model", "thinking", "problems", "problem_split", "limit", "trajectories", "turns", "temperature", "top_p",
-            "max_new_tokens", "stop_after_code", "seed", "timeout")
+            "max_new_tokens", "stop_after_code", "seed", "grader", "timeout")
 
 
 def main(argv=None):
@@ -133,7 +133,7 @@ def collect(args):
             for start, batch in pending_batches(problems, todo_ids, args.batch_problems):
                 trajs, _ = rollout(batch, engine, samples=args.trajectories, feedback_turns=args.turns - 1,
                                    temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
-                                   seed=args.seed + 1000 * start, thinking=args.thinking, timeout_s=args.timeout,
+                                   seed=args.seed + 1000 * start, thinking=args.thinking, grader=cli.grader_of(args),
                                    workers=args.workers)
                 for p, samples in zip(batch, trajs):
                     append_jsonl(raw_path, {"problem_id": p.id, "tests": p.all_tests(), "samples": samples})

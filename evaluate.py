@@ -73,7 +73,7 @@ def parse_args(argv=None):
     g.add_argument("--stop-on-public-pass", action="store_true",
                    help="stop a conversation once its program passes all public tests (the paper does not)")
     g = ap.add_argument_group("execution")
-    g.add_argument("--timeout", type=cli.positive, default=4.0, help="seconds per test (default 4)")
+    cli.grader_flags(g)
     g.add_argument("--workers", type=cli.count, default=None, help="sandbox workers (default: one per CPU)")
     g = ap.add_argument_group("perturbed feedback (paper §7)")
     g.add_argument("--perturbed", action="store_true", help="show perturbed public tests: taken from the problem "
@@ -89,7 +89,8 @@ def parse_args(argv=None):
 
 # What decides the trajectories an evaluation writes: a --resume must keep them (cli.record_settings).
 SETTINGS = ("model", "thinking", "problems", "problem_split", "lcb_version", "start_date", "end_date", "limit", "turns", "samples", "temperature", "top_p",
-            "max_new_tokens", "stop_after_code", "seed", "stop_on_public_pass", "timeout", "perturbed", "perturb_seed")
+            "max_new_tokens", "stop_after_code", "seed", "stop_on_public_pass", "grader", "timeout", "perturbed",
+            "perturb_seed")
 
 
 def main(argv=None):
@@ -110,7 +111,7 @@ def roll_out(args, engine, problems: list, todo_ids: set, feedback_tests: dict, 
         trajs, t = rollout(batch, engine, samples=args.samples, feedback_turns=args.turns - 1,
                            temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
                            seed=args.seed + 1000 * start, thinking=args.thinking,
-                           stop_on_public_pass=args.stop_on_public_pass, timeout_s=args.timeout, workers=args.workers,
+                           stop_on_public_pass=args.stop_on_public_pass, grader=cli.grader_of(args), workers=args.workers,
                            feedback_tests=[feedback_tests[p.id] for p in batch])
         for k in timings:
             timings[k] += t[k]
@@ -165,11 +166,14 @@ def evaluate(args):
     wanted = {p.id for p in problems}
     records = [r for r in read_jsonl(traj_path) if r["problem_id"] in wanted]
     summary = summarize(records, args.turns)
+    grader = cli.grader_of(args)
     summary.update(model=args.model, problems_source=args.problems, perturbed=args.perturbed,
+                   grader=grader.name, timeout_s=grader.timeout_s,
                    temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
                    timings_s={k: round(v, 2) for k, v in timings.items()}, finished=time.strftime("%Y-%m-%d %H:%M:%S"))
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    print(format_table(summary, title=f"{args.model} on {args.problems}" + (" (perturbed)" if args.perturbed else "")))
+    print(format_table(summary, title=f"{args.model} on {args.problems}" + (" (perturbed)" if args.perturbed else "")
+                       + f", judged by the {grader.name} grader"))
     plot_pass_at_1({"Pass@1": summary["pass@1"]}, out / "pass_at_1.png")
     print(f"wrote {traj_path}, {out / 'summary.json'}, {out / 'pass_at_1.png'}, {write_report(out)}")
 

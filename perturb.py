@@ -61,7 +61,7 @@ def cmd_augment(args):
         from collect import token_counter
         count = token_counter(args.tokenizer, args.thinking)
     contexts, stats = perturbed_contexts(records, problems, seed=args.seed, fraction=args.fraction, m=args.m,
-                                         count_prompt_tokens=count, timeout_s=args.timeout, workers=args.workers)
+                                         count_prompt_tokens=count, grader=cli.grader_of(args), workers=args.workers)
     write_jsonl(args.out, contexts)
     print(f"{stats['problems']} problems perturbed ({stats['without_two_distinct_outputs']} without 2 distinct "
           f"outputs); {stats['contexts']} perturbed contexts (per turn: {dict(sorted(stats['contexts_per_turn'].items()))})")
@@ -178,7 +178,7 @@ def main(argv=None):
     a.add_argument("--tokenizer", type=cli.source, default=None,
                    help="policy tokenizer for the 10,000-token prompt budget")
     a.add_argument("--thinking", action="store_true")
-    a.add_argument("--timeout", type=cli.positive, default=4.0)
+    cli.grader_flags(a)
     a.add_argument("--workers", type=cli.count, default=None)
     a.add_argument("--seed", type=int, default=0)
     z = sub.add_parser("analyze", help="hacking candidates of an evaluate.py --perturbed run")

@@ -145,7 +145,7 @@ def sampling_flags(ap):
 def reward_flags(ap):
     """How they are run and rewarded."""
     g = ap.add_argument_group("reward and execution")
-    g.add_argument("--timeout", type=cli.positive, default=4.0, help="seconds per test (default 4)")
+    cli.grader_flags(g)
     g.add_argument("--workers", type=cli.count, default=None, help="sandbox workers per rank (default: CPUs / ranks)")
     g.add_argument("--sanity-reward-tokens", default=None,
                    help="comma-separated token ids: replace the COBALT reward by the share of completion tokens "
@@ -304,7 +304,7 @@ def cobalt_scores(args, count_tokens, workers):
     def score(contexts, completions):
         samples = [(c, comp) for c, comps in zip(contexts, completions) for comp in comps]  # B*G, by context
         results = run_programs([extract_code(comp.text) for _, comp in samples], [c["tests"] for c, _ in samples],
-                               timeout_s=args.timeout, workers=workers)
+                               grader=cli.grader_of(args), workers=workers)
         rates = [None if r is None else pass_rate(r) for r in results]  # None: no code block
         rewards = [training_reward(comp.text, pr, c["prev_best"], count_tokens=count_tokens, thinking=args.thinking)
                    for (c, comp), pr in zip(samples, rates)]
@@ -626,7 +626,7 @@ def validate(learner: Learner, val_contexts: list, args, step: int, workers) -> 
                               temperature=args.val_temperature, top_p=0.95, max_new_tokens=args.max_new_tokens,
                               seed=seeds)
     results = run_programs([extract_code(o[0].text) for o in outs], [c["tests"] for c in share],
-                           timeout_s=args.timeout, workers=workers)
+                           grader=cli.grader_of(args), workers=workers)
     rewards = [validation_reward(None if r is None else pass_rate(r)) for r in results]
     kept = [1.0] * real + [0.0] * (len(share) - real)
     both = acc.gather(torch.tensor([rewards, kept], device=acc.device, dtype=torch.float32).T)  # (n, 2)
@@ -666,7 +666,7 @@ def check_launch(args, mixed: str) -> None:
 # extended), --micro-batch-size (only the order of a sum), validation, checkpoint and logging settings.
 SETTINGS = ("method", "model", "thinking", "dtype", "mixed_precision", "fsdp", "contexts", "perturbed_contexts", "perturbed_fraction",
             "problems", "turns", "credit", "max_prompt_tokens", "batch_size", "group_size", "temperature", "top_p",
-            "max_new_tokens", "stop_after_code", "timeout", "sanity_reward_tokens", "clip_low", "clip_high", "dual_clip", "kl_coef",
+            "max_new_tokens", "stop_after_code", "grader", "timeout", "sanity_reward_tokens", "clip_low", "clip_high", "dual_clip", "kl_coef",
             "kl_estimator", "agg", "adv_eps", "lr", "weight_decay", "grad_clip", "mini_batches", "epochs", "seed")
 
 

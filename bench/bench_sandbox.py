@@ -40,8 +40,8 @@ import time
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, ROOT)
-from cobalt_min.sandbox import (ISOLATIONS, Limits, Sandbox, default_workers, resolve_isolation, run_batch,  # noqa
-                                stdout_matches)
+from cobalt_min.graders import authors_stdout_matches as stdout_matches  # noqa: E402
+from cobalt_min.sandbox import ISOLATIONS, Limits, Sandbox, default_workers, resolve_isolation, run_batch  # noqa
 
 # (name, correct program, wrong program, input generator, reference answer)
 TASKS = [

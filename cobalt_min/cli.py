@@ -157,6 +157,22 @@ def stop_after_code_flag(group) -> None:
                             "code fills the token limit); default: until EOS or --max-new-tokens")
 
 
+def grader_flags(group) -> None:
+    """--grader and --timeout, the same flags in every script that runs programs (graders.py)."""
+    from cobalt_min import graders
+    group.add_argument("--grader", choices=list(graders.GRADERS), default=graders.DEFAULT,
+                       help="whose verdict rules judge programs: the authors' (the paper's reward and tables) or "
+                            "LiveCodeBench's (its leaderboard); README lists where each differs (default authors)")
+    group.add_argument("--timeout", type=positive, default=None,
+                       help="seconds per test (default: the grader's: 4 for the authors, 6 for LiveCodeBench)")
+
+
+def grader_of(args):
+    """The graders.Grader the flags of grader_flags ask for."""
+    from cobalt_min import graders
+    return graders.get(args.grader, args.timeout)
+
+
 def renamed(parser, old: str, message: str) -> None:
     """A flag that was renamed or changed: using it stops with `message` (the new name and why), never
     with a silently different meaning."""

@@ -30,6 +30,7 @@ import torch
 from cobalt_min.generation import Completion
 from cobalt_min.grpo import group_advantages
 from cobalt_min.rewards import training_reward
+from cobalt_min import cli
 from cobalt_min.rollout import rollout
 
 CREDITS = ("outcome", "reward-to-go")
@@ -70,7 +71,7 @@ def rollouts(problems: list, engine, args, seed: int, workers) -> tuple[list, di
     kept): (trajectories[b][g], timings {generate_s, execute_s})."""
     return rollout(problems, engine, samples=args.group_size, feedback_turns=args.turns - 1, temperature=args.temperature,
                    top_p=args.top_p, max_new_tokens=args.max_new_tokens, seed=seed, thinking=args.thinking,
-                   timeout_s=args.timeout, workers=workers, progress=False, keep_tokens=True)
+                   grader=cli.grader_of(args), workers=workers, progress=False, keep_tokens=True)
 
 
 

@@ -13,14 +13,16 @@ import random
 import re
 import urllib.request
 
+from cobalt_min import graders
 from cobalt_min.prompts import feedback_message
-from cobalt_min.sandbox import normalize_lines, run_programs
+from cobalt_min.sandbox import run_programs
 from cobalt_min.trajectories import build_contexts
 
 
 def _output_key(value, call_based: bool) -> str:
-    """Outputs that are equal for the comparison are the same output (a swap of them changes nothing)."""
-    return json.dumps(value, sort_keys=True) if call_based else "\n".join(normalize_lines(value))
+    """Outputs that are the same output for the authors' procedure: stripped text (a swap of them changes
+    nothing); call-based outputs (which the authors never perturb) as JSON."""
+    return json.dumps(value, sort_keys=True) if call_based else value.strip()
 
 
 def perturb_public_tests(tests: dict, rng: random.Random):
@@ -30,8 +32,7 @@ def perturb_public_tests(tests: dict, rng: random.Random):
     first test of each distinct expected output into D and every later duplicate into R; swap the
     expected outputs of D[0] and D[1]; the perturbed set is [the two swapped tests] + D[2:] + R. Every
     public test stays; only the first two (indices [0, 1]) now expect a wrong output, so a correct
-    program always sees wrong feedback. (Distinct means different for our comparison; the authors
-    compare stripped text.)"""
+    program always sees wrong feedback. Distinct means different once stripped, as theirs."""
     call_based = bool(tests.get("fn_name"))
     order = list(range(len(tests["inputs"])))
     rng.shuffle(order)
@@ -79,12 +80,13 @@ def perturbed_feedback_tests(problems: list, seed: int = 0):
 
 
 def perturb_records(records: list, problems_by_id: dict, *, seed: int = 0, fraction: float = 1.0,
-                    timeout_s: float = 4.0, workers=None, progress: bool = True):
+                    grader=None, workers=None, progress: bool = True):
     """Collected raw records -> the same trajectories with perturbed feedback (no model calls).
 
     For a share `fraction` of the problems (seeded): perturb the public tests, re-run every program of
     every trajectory on them, and rebuild each feedback message from those results. Pass rates (the
     reward's) stay those on the true tests. Returns (records, stats)."""
+    grader = graders.get(grader)
     rng = random.Random(seed)
     chosen = [r for r in records if rng.random() < fraction and r["problem_id"] in problems_by_id]
     stats = {"problems": len(chosen), "without_two_distinct_outputs": 0}
@@ -102,7 +104,7 @@ def perturb_records(records: list, problems_by_id: dict, *, seed: int = 0, fract
                 where.append((n, s, t))
                 programs.append(turn["program"])
                 shown.append(tests)
-    results = dict(zip(where, run_programs(programs, shown, timeout_s=timeout_s, workers=workers,
+    results = dict(zip(where, run_programs(programs, shown, grader=grader, workers=workers,
                                            progress="re-running programs" if progress else False)))
     out = []
     for n, (rec, tests) in enumerate(plans):
@@ -112,7 +114,7 @@ def perturb_records(records: list, problems_by_id: dict, *, seed: int = 0, fract
             turns = []
             for t, turn in enumerate(traj["turns"]):
                 res = results.get((n, s, t))
-                message = feedback_message(res, tests, timeout_s)
+                message = feedback_message(res, tests, grader.timeout_s)
                 messages[3 + 2 * t] = message  # [system, problem, program 0, FEEDBACK 0, program 1, FEEDBACK 1, ...]
                 turns.append(dict(turn, feedback=message["content"],
                                   public=[{"status": r.status, "passed": r.passed} for r in res] if res else []))
@@ -123,9 +125,9 @@ def perturb_records(records: list, problems_by_id: dict, *, seed: int = 0, fract
 
 
 def perturbed_contexts(records: list, problems_by_id: dict, *, seed: int = 0, fraction: float = 1.0, m: int = 4,
-                       count_prompt_tokens=None, timeout_s: float = 4.0, workers=None, progress: bool = True):
+                       count_prompt_tokens=None, grader=None, workers=None, progress: bool = True):
     """Perturbed training contexts: perturb_records, then the same cutting rules as collect.py."""
-    recs, stats = perturb_records(records, problems_by_id, seed=seed, fraction=fraction, timeout_s=timeout_s,
+    recs, stats = perturb_records(records, problems_by_id, seed=seed, fraction=fraction, grader=grader,
                                   workers=workers, progress=progress)
     contexts, cstats = build_contexts(recs, {r["problem_id"]: r["tests"] for r in recs}, m=m,
                                       count_prompt_tokens=count_prompt_tokens, seed=seed)

@@ -121,7 +121,7 @@ def _from_ours(row: dict, where: str) -> Problem:
 
 def _from_taco(row: dict, where: str, public_count: int = PUBLIC_TESTS) -> Problem:
     """A BAAI/TACO row: string columns question, solutions (JSON list), starter_code, input_output
-    (JSON), difficulty, source, ... Call-based outputs are TACO-wrapped (see sandbox.value_matches)."""
+    (JSON), difficulty, source, ... Call-based outputs are TACO-wrapped (see graders.strict_value_matches)."""
     if not row.get("question"):
         raise BadRecord("no question")
     if not row.get("input_output"):

@@ -218,7 +218,8 @@ def evaluate_run(name: str, path: Path, summary: dict, run_id: str, payloads: li
     out = [f"<h3 id='{run_id}'>{html.escape(name)} <span class='path'>{html.escape(str(path))}</span></h3>",
            f"<p>model {html.escape(str(summary.get('model', '?')))}, problems {html.escape(str(summary.get('problems_source', '?')))}, "
            f"temperature {summary.get('temperature', '?')}, top-p {summary.get('top_p', '?')}, "
-           f"max new tokens {summary.get('max_new_tokens', '?')}{', perturbed feedback' if summary.get('perturbed') else ''}</p>"]
+           f"max new tokens {summary.get('max_new_tokens', '?')}{', perturbed feedback' if summary.get('perturbed') else ''}"
+           f"{', judged by the ' + html.escape(str(summary['grader'])) + ' grader' if summary.get('grader') else ''}</p>"]
     report = path / "hacking_report.json"
     if report.exists():
         r = json.loads(report.read_text())

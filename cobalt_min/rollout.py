@@ -13,6 +13,7 @@ import time
 
 from tqdm.auto import tqdm
 
+from cobalt_min import graders
 from cobalt_min.problems import join_tests
 from cobalt_min.prompts import extract_code, feedback_message, first_turn_messages, history_text
 from cobalt_min.sandbox import run_programs
@@ -29,7 +30,7 @@ def pending_batches(problems: list, todo_ids: set, size: int):
 
 
 def run_turn_programs(programs: list, problems: list, feedback_tests: list, *, scored_programs: list | None = None,
-                      timeout_s: float = 4.0, workers=None) -> list:
+                      grader=None, workers=None) -> list:
     """Run each program (None = no code block) on its feedback tests and each scored program on all true
     tests of its problem, in one sandbox batch. Returns per program None (neither has code) or
     {feedback_results (None without code), public_pass_rate, hidden_pass_rate, pass_rate} (the rates of
@@ -50,7 +51,7 @@ def run_turn_programs(programs: list, problems: list, feedback_tests: list, *, s
         else:
             jobs += [(program, shown), (scored, true)]
             layout.append((len(jobs) - 2, len(jobs) - 1, 0))
-    results = run_programs([p for p, _ in jobs], [t for _, t in jobs], timeout_s=timeout_s, workers=workers)
+    results = run_programs([p for p, _ in jobs], [t for _, t in jobs], grader=grader, workers=workers)
     out: list = []
     for k, (feedback_job, scoring_job, true_from) in enumerate(layout):
         feedback, scoring = results[feedback_job], results[scoring_job]
@@ -98,18 +99,20 @@ def sample_turn(engine, convs: list, live: list, t: int, *, samples: int, temper
 
 def rollout(problems: list, engine, *, samples: int, feedback_turns: int, temperature: float = 0.6, top_p: float = 0.95,
             max_new_tokens: int = 8192, seed: int = 0, thinking: bool = False, stop_on_public_pass: bool = False,
-            timeout_s: float = 4.0, workers=None, feedback_tests: list | None = None, progress: bool = True,
+            grader=None, workers=None, feedback_tests: list | None = None, progress: bool = True,
             keep_tokens: bool = False):
     """Run `samples` conversations per problem for turn 0 plus `feedback_turns` feedback turns (a script's
     --turns counts programs: feedback_turns = turns - 1).
 
     feedback_tests: per problem, the public tests whose results the model sees (default: its public
-    tests; perturb.py passes perturbed ones). Scores always use the problem's true tests.
+    tests; perturb.py passes perturbed ones). Scores always use the problem's true tests. grader: whose
+    verdict rules (graders.py; None: the authors').
     keep_tokens: each turn's record also holds the prompt as the model saw it (`prompt_ids`) and the
     sampled tokens (`token_ids`, `finished`): what online multi-turn training (train.py --method grpo-mt)
     learns on.
     Returns (trajectories, timings): trajectories[i][s] is the record of problem i, sample s."""
     feedback_tests = feedback_tests or [p.public_tests for p in problems]
+    grader = graders.get(grader)
     convs = [[first_turn_messages(p.question, p.starter_code, p.fn_name) for _ in range(samples)] for p in problems]
     trajs = [[{"problem_id": p.id, "sample": s, "turns": [], "messages": None, "stopped": False}
               for s in range(samples)] for p in problems]
@@ -133,11 +136,11 @@ def rollout(problems: list, engine, *, samples: int, feedback_turns: int, temper
         programs = [extract_code(responses[key]) for key in live]
         scored = [extract_code(history_text(responses[key], thinking)) for key in live] if thinking else programs
         verdicts = run_turn_programs(programs, [problems[i] for i, _ in live], [feedback_tests[i] for i, _ in live],
-                                  scored_programs=scored, timeout_s=timeout_s, workers=workers)
+                                  scored_programs=scored, grader=grader, workers=workers)
         timings["execute_s"] += time.perf_counter() - start
         # ------------------------------------------------------------ record, give feedback
         for (i, s), program, scored_program, v in zip(live, programs, scored, verdicts):
-            message = feedback_message(v["feedback_results"] if v else None, feedback_tests[i], timeout_s)
+            message = feedback_message(v["feedback_results"] if v else None, feedback_tests[i], grader.timeout_s)
             record = turn_record(t, responses[(i, s)], program, scored_program, v, message)
             if keep_tokens:
                 record.update(prompt_ids=prompts[(i, s)], token_ids=completions[(i, s)].token_ids,

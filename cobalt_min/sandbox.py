@@ -9,8 +9,8 @@ Without fn_name a test is stdin -> stdout text; with fn_name each input is the l
 arguments of `fn_name` (a top-level function, or a method of `Solution()` when the program defines
 `class Solution`) and each output is the expected return value.
 
-This file decides verdicts (output comparison, grade_test, Sandbox.run) and holds what users call
-(run_tests, run_batch, run_programs, pass_rate, the CLI). Imports run one way: this file -> the process
+This file decides verdicts (grade_test, Sandbox.run, by the rules of a grader profile: graders.py, the
+authors' by default) and holds what users call (run_tests, run_batch, run_programs, pass_rate, the CLI). Imports run one way: this file -> the process
 machinery (sandbox_process.py: runner processes, isolation, cgroups, uid leases) -> the runner
 (sandbox_runner.py), all above the shared vocabulary (sandbox_types.py: Limits, TestResult,
 SandboxError). A reader of the paper can skip all but this file. How it is built (README "Sandbox"):
@@ -56,10 +56,8 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import json
-import math
 import os
 import queue
-import re
 import signal
 import threading
 from pathlib import Path
@@ -67,100 +65,15 @@ from pathlib import Path
 from cobalt_min.sandbox_process import (CGROUP_SLACK_MB, ISOLATIONS, SANDBOX_UID_BASE, UNSAFE_ENV,  # noqa: F401
                                         Runner, bwrap_available, cgroup_support, imported_modules,
                                         require_safe_sandbox, resolve_isolation)
+from cobalt_min import graders
+from cobalt_min.graders import Grader
 from cobalt_min.sandbox_types import OUT_OF_TIME, STATUSES, Limits, SandboxError, TestResult  # noqa: F401
 
 
 KEEP_CHARS = 4096  # each captured stream is kept as its first and last KEEP_CHARS characters
 
 
-# ----------------------------------------------------------------------------- comparison
-
-
-def normalize_lines(text: str) -> list[str]:
-    """Lines with trailing whitespace removed, without leading or trailing empty lines.
-
-    Equivalent to the authors' `stdout.strip() == expected.strip()` except that leading spaces of the
-    first line and trailing spaces inside lines are not significant either way; lines are compared
-    in order, one to one (never as sets, never as prefixes). Lines end at "\n" only (as the authors'
-    comparison sees them), never at the other characters str.splitlines() takes for line breaks."""
-    lines = [line.rstrip() for line in text.split("\n")]
-    while lines and not lines[-1]:
-        lines.pop()
-    start = 0
-    while start < len(lines) and not lines[start]:
-        start += 1
-    return lines[start:]
-
-
-_INTEGER = re.compile(r"[+-]?[0-9]+")
-
-
-def _tokens_close(a: str, b: str, tol: float) -> bool:
-    """An output token `a` equal to the expected token `b` within `tol`. An integer expected demands that
-    integer, printed as one (a tolerance is for real numbers: 1000000500.0 is within 1e-6 of 1000000007,
-    and is not it); numbers too large for a float compare as text, never as inf."""
-    if a == b:
-        return True
-    if _INTEGER.fullmatch(b):
-        try:
-            return _INTEGER.fullmatch(a) is not None and int(a) == int(b)
-        except ValueError:  # more digits than Python converts: the texts differ, so do the numbers
-            return False
-    try:
-        x, y = float(a), float(b)
-    except ValueError:
-        return False
-    return math.isfinite(x) and math.isfinite(y) and math.isclose(x, y, rel_tol=tol, abs_tol=tol)
-
-
-def stdout_matches(got: str, expected: str, float_tol: float | None = None) -> bool:
-    """Line-by-line comparison of program output with the expected output (see normalize_lines).
-    With float_tol, tokens (split at spaces and tabs) that both parse as real numbers may differ by that
-    absolute or relative amount."""
-    got_lines, exp_lines = normalize_lines(got), normalize_lines(expected)
-    if len(got_lines) != len(exp_lines):
-        return False
-    if float_tol is None:
-        return got_lines == exp_lines
-    for g, e in zip(got_lines, exp_lines):
-        g_tok, e_tok = g.replace("\t", " ").split(" "), e.replace("\t", " ").split(" ")
-        g_tok, e_tok = [t for t in g_tok if t], [t for t in e_tok if t]
-        if len(g_tok) != len(e_tok) or not all(_tokens_close(a, b, float_tol) for a, b in zip(g_tok, e_tok)):
-            return False
-    return True
-
-
-def _values_equal(got, expected, float_tol):
-    if isinstance(got, bool) or isinstance(expected, bool):
-        return type(got) is type(expected) and got == expected
-    if isinstance(got, (int, float)) and isinstance(expected, (int, float)):
-        if isinstance(got, float) and not math.isfinite(got) or isinstance(expected, float) and not math.isfinite(expected):
-            return False  # inf (a number too large for JSON's floats) or nan: never a match
-        if float_tol is not None and isinstance(expected, float):  # (an integer expected is exact)
-            try:
-                return math.isclose(got, expected, rel_tol=float_tol, abs_tol=float_tol)
-            except OverflowError:  # an integer beyond float range against a float
-                return False
-        return got == expected
-    if isinstance(got, list) and isinstance(expected, list):
-        return len(got) == len(expected) and all(_values_equal(g, e, float_tol) for g, e in zip(got, expected))
-    if isinstance(got, dict) and isinstance(expected, dict):
-        return got.keys() == expected.keys() and all(_values_equal(got[k], expected[k], float_tol) for k in got)
-    return type(got) is type(expected) and got == expected
-
-
-def value_matches(got, expected, float_tol: float | None = None, taco_wrapped: bool = False) -> bool:
-    """Call-based comparison of JSON values (a returned tuple arrives as a list). With taco_wrapped
-    (TACO data only), an expected one-element list also accepts its element, as TACO's checker does.
-    Non-finite numbers never match; with float_tol only expected floats are compared within it (an
-    expected integer demands that integer: 3.0 is 3, 3.0000001 is not)."""
-    try:
-        if _values_equal(got, expected, float_tol):
-            return True
-        return taco_wrapped and isinstance(expected, list) and len(expected) == 1 \
-            and _values_equal(got, expected[0], float_tol)
-    except RecursionError:  # nested deeper than the grader compares
-        return False
+# ----------------------------------------------------------------------------- verdicts
 
 
 def _keep_ends(text: str) -> str:
@@ -188,10 +101,11 @@ def read_result(result: str):
         return None, None, f"the program's result could not be read ({type(e).__name__})"
 
 
-def grade_test(report: dict, expected, fn_name: str | None, float_tol=None, taco_wrapped=False,
+def grade_test(report: dict, expected, fn_name: str | None, grader: Grader, taco_wrapped=False,
                timeout_s: float | None = None) -> TestResult:
-    """Turn the runner's report on one test into a verdict, comparing with `expected` here. A test whose
-    measured wall time exceeds timeout_s is a timeout, whatever else the report says."""
+    """Turn the runner's report on one test into a verdict, comparing with `expected` here by the grader's
+    rules (graders.py). A test whose measured wall time exceeds timeout_s is a timeout, whatever else the
+    report says."""
     out, err, code = report["stdout"], report["stderr"], report["exit"]
     returned = value = problem = None
     if fn_name is not None and report.get("result"):
@@ -216,13 +130,13 @@ def grade_test(report: dict, expected, fn_name: str | None, float_tol=None, taco
             return verdict(False, "runtime_error", "the sandbox could not prepare the test")
         return verdict(False, "runtime_error")
     if fn_name is None:
-        ok = stdout_matches(out, expected, float_tol)
+        ok = grader.stdout_matches(out, expected)
         return verdict(ok, "passed" if ok else "wrong_answer")
     if not report.get("result"):
         return verdict(False, "runtime_error", "the function returned nothing the sandbox could read")
     if problem is not None:
         return verdict(False, "wrong_answer" if problem.startswith("return value") else "runtime_error", problem)
-    ok = value_matches(value, expected, float_tol, taco_wrapped)
+    ok = grader.value_matches(value, expected, taco_wrapped)
     return verdict(ok, "passed" if ok else "wrong_answer")
 
 
@@ -253,20 +167,25 @@ def check_tests(tests) -> tuple[list, list]:
 
 
 class Sandbox(Runner):
-    """A live sandbox: `run(program, tests)` judges every test of one program (the process machinery is
-    sandbox_process.Runner). Use as a context manager; one per thread."""
+    """A live sandbox: `run(program, tests)` judges every test of one program by the grader's rules
+    (graders.py; the default: the authors'). The process machinery is sandbox_process.Runner. Use as a
+    context manager; one per thread. limits=None: Limits with the grader's time limit per test."""
 
-    def run(self, program: str, tests: dict, float_tol: float | None = None) -> list[TestResult]:
+    def __init__(self, limits: Limits | None = None, isolation: str = "auto", grader: "Grader | str | None" = None):
+        self.grader = graders.get(grader)
+        super().__init__(limits or Limits(timeout_s=self.grader.timeout_s), isolation, setup=self.grader.run)
+
+    def run(self, program: str, tests: dict) -> list[TestResult]:
         """Judge `program` on every test of `tests` (TACO input_output dict), in order."""
         inputs, outputs = check_tests(tests)
         fn_name = tests.get("fn_name") or None
         taco_wrapped = bool(tests.get("taco_wrapped_outputs"))
         results = []
         try:
-            for k, report in self.reports(program, inputs, fn_name):
+            for k, report in self.reports(program, inputs, fn_name, self.grader.budget_s(len(inputs), self.limits)):
                 results.append(report if isinstance(report, TestResult)
-                               else grade_test(report, outputs[k], fn_name, float_tol, taco_wrapped,
-                                                   timeout_s=self.limits.timeout_s))
+                               else grade_test(report, outputs[k], fn_name, self.grader, taco_wrapped,
+                                               timeout_s=self.limits.timeout_s))
         except SandboxError:
             raise  # the sandbox cannot run at all: not a verdict on this program
         except Exception as e:  # an infrastructure failure (what a program does costs its tests, in reports)
@@ -295,21 +214,23 @@ class Sandbox(Runner):
         return outs
 
 
-def _limits(timeout_s, memory_mb, **kw) -> Limits:
-    return Limits(timeout_s=timeout_s, memory_mb=memory_mb, **{k: v for k, v in kw.items() if v is not None})
+def _limits(grader: Grader, memory_mb, **kw) -> Limits:
+    return Limits(timeout_s=grader.timeout_s, memory_mb=memory_mb, **{k: v for k, v in kw.items() if v is not None})
 
 
-def run_tests(program: str, tests: dict, *, timeout_s: float = 4.0, memory_mb: int = 1024,
-              isolation: str = "auto", float_tol: float | None = None, **limits) -> list[TestResult]:
-    """Judge one program on all its tests in a fresh sandbox. Extra keywords: any field of Limits."""
-    with Sandbox(_limits(timeout_s, memory_mb, **limits), isolation) as sandbox:
-        return sandbox.run(program, tests, float_tol)
+def run_tests(program: str, tests: dict, *, grader: "Grader | str | None" = None, timeout_s: float | None = None,
+              memory_mb: int = 1024, isolation: str = "auto", **limits) -> list[TestResult]:
+    """Judge one program on all its tests in a fresh sandbox, by the grader's rules (timeout_s: instead of
+    the grader's per-test limit). Extra keywords: any field of Limits."""
+    grader = graders.get(grader, timeout_s)
+    with Sandbox(_limits(grader, memory_mb, **limits), isolation, grader) as sandbox:
+        return sandbox.run(program, tests)
 
 
-def _run_chunk(chunk, limits, isolation, float_tol):
+def _run_chunk(chunk, limits, isolation, grader):
     """Run a list of (program, tests) in ONE sandbox (module-level so executors can pickle it)."""
-    with Sandbox(limits, isolation) as sandbox:
-        return [sandbox.run(program, tests, float_tol) for program, tests in chunk]
+    with Sandbox(limits, isolation, grader) as sandbox:
+        return [sandbox.run(program, tests) for program, tests in chunk]
 
 
 def default_workers() -> int:
@@ -326,11 +247,12 @@ def waited_out(results: list[TestResult]) -> bool:
     return any(r.status == "timeout" and r.cpu_s < WAITED * r.time_s for r in results)
 
 
-def run_batch(jobs: list[tuple[str, dict]], *, timeout_s: float = 4.0, memory_mb: int = 1024,
-              workers: int | None = None, isolation: str = "auto", float_tol: float | None = None,
+def run_batch(jobs: list[tuple[str, dict]], *, grader: "Grader | str | None" = None, timeout_s: float | None = None,
+              memory_mb: int = 1024, workers: int | None = None, isolation: str = "auto",
               executor: concurrent.futures.Executor | None = None, progress: bool | str = False,
               **limits) -> list[list[TestResult]]:
-    """Judge many (program, tests) jobs concurrently; results come back in job order.
+    """Judge many (program, tests) jobs concurrently, by the grader's rules (graders.py; timeout_s: instead
+    of its per-test limit); results come back in job order.
 
     workers: concurrent sandboxes (default: one per CPU; each runs one test at a time). As root, each
     sandbox's processes together get one CPU at most (a cgroup), so a test that keeps many processes
@@ -345,7 +267,8 @@ def run_batch(jobs: list[tuple[str, dict]], *, timeout_s: float = 4.0, memory_mb
     fan the work out beyond this machine; jobs are sent in chunks, each chunk judged by one sandbox where
     the executor runs it. progress: show a tqdm bar (a str is its label).
     """
-    lim = _limits(timeout_s, memory_mb, **limits)
+    grader = graders.get(grader, timeout_s)
+    lim = _limits(grader, memory_mb, **limits)
     for i, (_, tests) in enumerate(jobs):
         try:
             check_tests(tests)
@@ -360,7 +283,7 @@ def run_batch(jobs: list[tuple[str, dict]], *, timeout_s: float = 4.0, memory_mb
         if executor is not None:
             n_chunks = max(1, min(len(jobs), 4 * (workers or default_workers())))
             chunks = [list(range(len(jobs)))[c::n_chunks] for c in range(n_chunks)]
-            futures = {executor.submit(_run_chunk, [jobs[i] for i in idx], lim, isolation, float_tol): idx
+            futures = {executor.submit(_run_chunk, [jobs[i] for i in idx], lim, isolation, grader): idx
                        for idx in chunks if idx}
             for fut in concurrent.futures.as_completed(futures):
                 for i, res in zip(futures[fut], fut.result()):
@@ -380,11 +303,11 @@ def run_batch(jobs: list[tuple[str, dict]], *, timeout_s: float = 4.0, memory_mb
             for attempt in (1, 2):
                 try:
                     if sandbox is None:
-                        sandbox = Sandbox(lim, isolation)
+                        sandbox = Sandbox(lim, isolation, grader)
                         live.append(sandbox)
                         if not sandbox.cpu_bounded:
                             unbounded.append(True)
-                    results[i] = sandbox.run(jobs[i][0], jobs[i][1], float_tol)
+                    results[i] = sandbox.run(jobs[i][0], jobs[i][1])
                     return sandbox
                 except SandboxError:
                     if sandbox is not None:
@@ -433,9 +356,9 @@ def run_batch(jobs: list[tuple[str, dict]], *, timeout_s: float = 4.0, memory_mb
         if unbounded:
             again = [i for i, res in enumerate(results) if waited_out(res)]
             if again:
-                with Sandbox(lim, isolation) as sandbox:
+                with Sandbox(lim, isolation, grader) as sandbox:
                     for i in again:
-                        results[i] = sandbox.run(jobs[i][0], jobs[i][1], float_tol)
+                        results[i] = sandbox.run(jobs[i][0], jobs[i][1])
         return results
     finally:
         if bar:
@@ -466,12 +389,12 @@ def pass_rate(results: list[TestResult]) -> float:
     return sum(r.passed for r in results) / len(results) if results else 0.0
 
 
-def run_programs(programs: list, tests: list, *, timeout_s: float = 4.0, workers=None,
+def run_programs(programs: list, tests: list, *, grader: "Grader | str | None" = None, workers=None,
                  progress: bool | str = False) -> list:
-    """Each program on its tests, in one run_batch: results per program, in order. A program that is
-    None (the response held no code block) is not run and gets None."""
+    """Each program on its tests, in one run_batch by the grader's rules: results per program, in order. A
+    program that is None (the response held no code block) is not run and gets None."""
     jobs = [(p, t) for p, t in zip(programs, tests) if p is not None]
-    results = iter(run_batch(jobs, timeout_s=timeout_s, workers=workers, progress=progress) if jobs else [])
+    results = iter(run_batch(jobs, grader=grader, workers=workers, progress=progress) if jobs else [])
     return [None if p is None else next(results) for p in programs]
 
 
@@ -486,15 +409,18 @@ def main(argv=None):
                     "and print one JSON object: passed, pass_rate, results. Exits 0 whatever the verdicts.")
     parser.add_argument("program", help="the Python program to judge")
     parser.add_argument("tests", help='JSON file: {"inputs": [...], "outputs": [...], "fn_name"?: str}')
-    parser.add_argument("--timeout", type=cli.positive, default=4.0, help="seconds per test (default 4, as the paper)")
+    parser.add_argument("--grader", choices=list(graders.GRADERS), default=graders.DEFAULT,
+                        help="whose verdict rules: the authors' (the paper's reward) or LiveCodeBench's (its "
+                             "leaderboard); see cobalt_min/graders.py (default authors)")
+    parser.add_argument("--timeout", type=cli.positive, default=None,
+                        help="seconds per test (default: the grader's, 4 for the authors, 6 for LiveCodeBench)")
     parser.add_argument("--memory-mb", type=cli.count, default=1024,
                         help="memory per test: per process, and for all of a test's processes where cgroups are "
                              "usable (default 1024)")
     parser.add_argument("--total-timeout", type=cli.positive, default=27.0,
-                        help="a program's budget for all its tests is this many seconds times min(4, tests); one that "
-                             "runs out fails every test (default 27: the authors' 27 s with 4 tests at a time)")
-    parser.add_argument("--float-tol", type=cli.non_negative, default=None,
-                        help="accept real numbers within this tolerance")
+                        help="the authors' grader: a program's budget for all its tests is this many seconds times "
+                             "min(4, tests); one that runs out fails every test (default 27: the authors' 27 s with 4 "
+                             "tests at a time)")
     parser.add_argument("--isolation", choices=ISOLATIONS, default="auto",
                         help="auto: bwrap when it works here, else process as root (namespaces the sandbox makes "
                              "itself); unsafe runs programs without isolation, for trusted programs only "
@@ -512,8 +438,8 @@ def main(argv=None):
     except (OSError, UnicodeDecodeError, ValueError) as e:
         parser.exit(2, f"error: {args.tests} is not a usable tests file: {e}\n")
     try:
-        results = run_tests(program, tests, timeout_s=args.timeout, memory_mb=args.memory_mb,
-                            total_timeout_s=args.total_timeout, float_tol=args.float_tol, isolation=args.isolation)
+        results = run_tests(program, tests, grader=args.grader, timeout_s=args.timeout, memory_mb=args.memory_mb,
+                            total_timeout_s=args.total_timeout, isolation=args.isolation)
     except SandboxError as e:
         parser.exit(3, f"error: {e}\n")
     print(json.dumps({

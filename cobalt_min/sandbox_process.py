@@ -368,8 +368,9 @@ class Runner:
     Use as a context manager. Not thread-safe: one per thread (sandbox.run_batch does that). The runner
     dies with the thread that started it (the kernel's parent-death signal follows threads)."""
 
-    def __init__(self, limits: Limits | None = None, isolation: str = "auto"):
+    def __init__(self, limits: Limits | None = None, isolation: str = "auto", setup: dict | None = None):
         self.limits = limits or Limits()
+        self.setup = setup or {}  # what the runner does around every program (a grader profile's `run`)
         self.isolation = resolve_isolation(isolation)
         self.namespaces = self.isolation == "process"  # (the runner makes them; bwrap makes them for it)
         self._proc = None
@@ -432,7 +433,8 @@ class Runner:
         settings = {"uid": uid, "pidns": own_namespaces, "kill_all": own_namespaces or uid is not None,
                     "namespaces": self.namespaces, "private_ipc": own_namespaces or uid is not None,
                     "parent": os.getpid() if self.isolation != "bwrap" else None,
-                    "jobns": own_namespaces, "oom_fd": self._counter_fd, "tmp_mb": self.limits.tmp_mb}
+                    "jobns": own_namespaces, "oom_fd": self._counter_fd, "tmp_mb": self.limits.tmp_mb,
+                    "grader": self.setup}
         if self._tmp is None and self.isolation != "bwrap":
             # process: where the sandbox's root is mounted (in its own mount namespace: this folder stays
             # empty here); unsafe: the programs' scratch folder.
@@ -617,10 +619,11 @@ class Runner:
         """The largest message the runner can honestly send: a report of three capped streams."""
         return 3 * self.limits.output_bytes + (1 << 16)
 
-    def reports(self, program: str, inputs: list, fn_name: str | None = None):
+    def reports(self, program: str, inputs: list, fn_name: str | None = None, budget_s: float | None = None):
         """Run `program` on each input in order; yield (k, report) where report is the runner's raw
         dict (stdout, stderr, exit, result, ...) or, for a test that cost the runner its life or hit the
-        program's total time limit, a TestResult that already says so."""
+        program's total time limit (budget_s for all its tests; by default Limits' rule), a TestResult
+        that already says so."""
         lim = self.limits
         job = {"program": program, "inputs": inputs, "fn_name": fn_name, "imports": imported_modules(program),
                "limits": {"timeout_s": lim.timeout_s, "memory_mb": lim.memory_mb, "output_bytes": lim.output_bytes,
@@ -630,7 +633,9 @@ class Runner:
                           "max_procs": lim.max_procs if self._lease or self.isolation == "bwrap" else 0}}
         self._write_job(job)
         k = 0
-        program_deadline = time.monotonic() + lim.total_timeout_s * min(lim.parallel_tests, len(inputs))
+        if budget_s is None:
+            budget_s = lim.total_timeout_s * min(lim.parallel_tests, len(inputs))
+        program_deadline = time.monotonic() + budget_s
         while k < len(inputs):
             if time.monotonic() >= program_deadline:
                 yield k, TestResult(False, "timeout", detail=OUT_OF_TIME)

@@ -374,8 +374,13 @@ def read_job(settings, msg):
 
 def prepare_job(settings, job):
     """(code, compile_error, plan) for the job's tests, and the limits every test inherits, set here."""
+    program = job["program"]
     try:
-        code, compile_error = compile(job["program"], PROGRAM_NAME, "exec", dont_inherit=True), None
+        # With its own flags only (never this file's), and, where the reference puts something before the
+        # program, `from __future__` must fail as it does there (a line before it makes it fail the same way).
+        if not settings["grader"].get("future_imports", True) and "__future__" in program:
+            compile("pass\n" + program, PROGRAM_NAME, "exec", dont_inherit=True)
+        code, compile_error = compile(program, PROGRAM_NAME, "exec", dont_inherit=True), None
     except BaseException as e:  # SyntaxError, ValueError (null bytes), RecursionError, MemoryError
         code, compile_error = None, e.with_traceback(None)  # printed as python prints it: no runner frame
     linecache.cache[PROGRAM_NAME] = (len(job["program"]), None, job["program"].splitlines(True), PROGRAM_NAME)
@@ -639,6 +644,81 @@ def clean_after_test(settings):
         remove_ipc_objects()
 
 
+# ----------------------------------------------------------------------------- the grader's profile (graders.py)
+
+# What both reference graders take from a program before it runs (their "reliability guard"): functions
+# of os set to None, modules made unimportable. (Their shutil and subprocess removals are not reproduced.)
+REFERENCE_GUARD_OS = ("kill", "system", "putenv", "remove", "removedirs", "rmdir", "fchdir", "setuid", "fork",
+                      "forkpty", "killpg", "rename", "renames", "truncate", "replace", "unlink", "fchmod", "fchown",
+                      "chmod", "chown", "chroot", "lchflags", "lchmod", "lchown", "getcwd", "chdir")
+REFERENCE_GUARD_MODULES = ("ipdb", "joblib", "resource", "psutil", "tkinter")
+# LiveCodeBench's import prelude: the public names of these modules, in this order, then the modules.
+PRELUDE_STAR = ("string", "re", "datetime", "collections", "heapq", "bisect", "copy", "math", "random",
+                "statistics", "itertools", "functools", "operator", "io", "sys", "json", "builtins", "typing")
+PRELUDE_MODULES = PRELUDE_STAR[:15] + ("json",)
+
+
+def grader_setup(settings):
+    """Once per runner: what the grader's profile (settings["grader"]) needs before any job. Without
+    site-packages (the authors run `python3 -S`), installed packages are not importable; with the prelude,
+    its modules are imported and its namespace built here, once, for every job to copy."""
+    run = settings["grader"]
+    if not run.get("site_packages", True):
+        sys.path[:] = [p for p in sys.path if "site-packages" not in p and "dist-packages" not in p]
+    if run.get("prelude"):
+        prelude = {}
+        for name in PRELUDE_STAR:
+            module = __import__(name)
+            names = getattr(module, "__all__", None) or [n for n in vars(module) if not n.startswith("_")]
+            prelude.update((n, getattr(module, n)) for n in names if hasattr(module, n))
+        prelude.update((name, sys.modules[name]) for name in PRELUDE_MODULES)
+        # Builtins the reference had set to None before its prelude copied them.
+        prelude.update((name, None) for name in run.get("none_builtins", ()) if name in prelude)
+        settings["prelude"] = prelude
+
+
+def program_globals(settings, streams, argv):
+    """The namespace a program starts in: what `python` defines, and the prelude's names with the test's own
+    streams and argv (as a program that imported them from sys at its start would have them)."""
+    names = {}
+    if settings.get("prelude"):
+        names.update(settings["prelude"])
+        names.update(stdin=streams[0], stdout=streams[1], stderr=streams[2], argv=argv)
+    names.update(__name__="__main__", __builtins__=builtins, __file__=PROGRAM_NAME)
+    return names
+
+
+def apply_grader(run):
+    """In the test child, before the program: what the reference's process did before running it."""
+    for name in run.get("none_builtins", ()):
+        setattr(builtins, name, None)
+    if run.get("guard"):
+        for name in REFERENCE_GUARD_OS:
+            if hasattr(os, name):
+                setattr(os, name, None)
+        for name in REFERENCE_GUARD_MODULES:
+            sys.modules[name] = None
+    if run.get("recursion_limit"):
+        sys.setrecursionlimit(run["recursion_limit"])
+    if run.get("int_max_str_digits"):
+        sys.set_int_max_str_digits(run["int_max_str_digits"])
+
+
+def exact_number(value):
+    """json.dumps' fallback for exact_numbers: a numpy scalar, Decimal or Fraction as the equal int or
+    float, where one is equal (else it stays unserializable, equal to no expected value)."""
+    if type(value).__module__ == "numpy" and getattr(value, "shape", None) == ():
+        return value.item()
+    if type(value).__name__ in ("Decimal", "Fraction"):
+        for kind in (int, float):
+            try:
+                if kind(value) == value:
+                    return kind(value)
+            except (ValueError, OverflowError):  # nan, infinity
+                pass
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
 # ----------------------------------------------------------------------------- the test child
 
 
@@ -662,8 +742,9 @@ def child_plan(settings, job):
                (resource.RLIMIT_STACK, (mem, mem)), (resource.RLIMIT_FSIZE, (limits["output_bytes"] + 1,) * 2)]
     first = 3 if job.get("fn_name") is None else 4  # fds 0-2 (and 3, the result, for call-based tests)
     main = types.ModuleType("__main__")
-    main.__dict__.update({"__builtins__": builtins, "__file__": PROGRAM_NAME})
-    return rlimits, first, main, settings["streams"], [PROGRAM_NAME], not settings["kill_all"]
+    argv = [PROGRAM_NAME]
+    main.__dict__.update(program_globals(settings, settings["streams"], argv))
+    return rlimits, first, main, settings["streams"], argv, not settings["kill_all"], settings["grader"]
 
 
 def run_child(code, compile_error, fn_name, args, fds, plan):
@@ -672,7 +753,7 @@ def run_child(code, compile_error, fn_name, args, fds, plan):
     fds: stdin, stdout, stderr and (call-based tests) result memfds, which become fds 0, 1, 2, 3.
     Signal dispositions are the runner's: CPython's own (SIGPIPE ignored, SIGINT -> KeyboardInterrupt),
     as for `python solution.py`, except SIGXFSZ (see main): writing past the output limit kills."""
-    rlimits, first_closed, main, streams, argv, die_with_runner = plan
+    rlimits, first_closed, main, streams, argv, die_with_runner, run = plan
     try:
         if die_with_runner:
             os.setpgid(0, 0)  # so that killpg reaches what it starts (no kill(-1) in this mode)
@@ -686,6 +767,7 @@ def run_child(code, compile_error, fn_name, args, fds, plan):
         sys.stdin, sys.stdout, sys.stderr = sys.__stdin__, sys.__stdout__, sys.__stderr__ = streams
         sys.argv = argv
         sys.modules["__main__"] = main
+        apply_grader(run)
     except BaseException:  # the harness itself failed: report it as such, distinctly
         os._exit(121)
     exit_code = 0
@@ -701,15 +783,15 @@ def run_child(code, compile_error, fn_name, args, fds, plan):
                 raise NameError(f"the program defines no function {fn_name!r} (nor Solution.{fn_name})")
             value = target(*args)
             try:
-                payload = json.dumps(value).encode()
+                payload = json.dumps(value, default=exact_number if run.get("exact_numbers") else None).encode()
             except (TypeError, ValueError) as e:
                 payload = json.dumps({"unserializable": f"{type(value).__name__}: {e}"}).encode()
             else:
                 payload = json.dumps({"value": payload.decode()}).encode()
             write_all(3, payload)
         exit_code = finish_like_python(0)
-    except SystemExit as e:
-        exit_code = finish_like_python(exit_status(e.code))
+    except SystemExit as e:  # (a stdin program's SystemExit ends it normally where the grader says so)
+        exit_code = finish_like_python(0 if run.get("swallow_exit") and fn_name is None else exit_status(e.code))
     except BaseException as e:
         print_program_error(e)
         exit_code = finish_like_python(1)
@@ -884,6 +966,7 @@ def main():
     if settings.get("namespaces"):
         enter_namespaces(settings)  # from here on: pid 1 of the sandbox's own namespaces and file system
     setup(settings)
+    grader_setup(settings)
     os.chdir(settings["tmp"])  # every test child starts here
     folders = [settings["tmp"]] + (["/dev/shm"] if settings["private_ipc"] and os.path.isdir("/dev/shm") else [])
     settings["clean_folders"] = folders

@@ -16,10 +16,13 @@ class SandboxError(RuntimeError):
 class Limits:
     timeout_s: float = 4.0  # wall clock per test (the paper: 4 s); CPU time is capped at ceil(t) + 1
     memory_mb: int = 1024  # address space per test (the authors: 1 GiB)
-    output_bytes: int = 1 << 20  # stdout, stderr and any file; a program writing more is killed (output_limit)
+    # stdout, stderr and any file; a program writing more is killed (output_limit). Neither reference grader
+    # caps output: this is a safety cap, far above what a competitive-programming answer prints.
+    output_bytes: int = 16 << 20
     # A program's whole suite: the authors run 4 tests at a time within 27 s and score a program that runs
     # out 0. Here tests run one after another, so the budget is total_timeout_s * min(parallel_tests, n)
-    # seconds of tests, and a program that runs out fails every test (OUT_OF_TIME).
+    # seconds of tests, and a program that runs out fails every test (OUT_OF_TIME). (graders.py: each
+    # profile's own rule.)
     total_timeout_s: float = 27.0
     parallel_tests: int = 4
     max_files: int = 64  # open file descriptors

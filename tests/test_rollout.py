@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from cobalt_min import graders
 from cobalt_min import prompts as PR
 from cobalt_min.generation import Completion
 from cobalt_min.metrics import pass_at_k, summarize
@@ -132,7 +133,8 @@ def test_rollout_turn_logic_feedback_and_metrics():
     for p in probs:
         script[p.id]["question"] = p.question
     engine = ReplayEngine(script)
-    trajs, timings = rollout(probs, engine, samples=2, feedback_turns=2, timeout_s=1.0, progress=False)
+    trajs, timings = rollout(probs, engine, samples=2, feedback_turns=2, grader=graders.get(timeout_s=1.0),
+                             progress=False)
     assert len(engine.calls) == 3  # one generate call per turn
     assert [len(c) for c in engine.calls] == [2, 4, 4]
     by_id = {p.id: t for p, t in zip(probs, trajs)}
