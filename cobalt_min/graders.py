@@ -122,7 +122,7 @@ def livecodebench_budget_s(n_tests: int, limits: Limits) -> float:
 @dataclasses.dataclass(frozen=True)
 class Grader:
     """One reference's rules. `run` is what the sandbox's runner does around every program of it
-    (sandbox_runner.grader_setup and run_child read it); the rest is decided in the grader's process.
+    (sandbox_runner.grader_setup reads it); the rest is decided in the grader's process.
     budget_s: the seconds a program's tests may take together (one that runs out fails every test)."""
     name: str
     timeout_s: float  # per test

@@ -67,6 +67,9 @@ import types
 # Python-level fork hooks that cost ~0.1-0.25 ms per test; a program imports them itself.
 import atexit, bisect, collections, functools, gc, heapq, itertools, linecache  # noqa: E401,F401
 import math, operator, re, string, traceback, typing  # noqa: E401,F401
+# The runner's own handles on the os functions that a reference grader's guard takes from programs
+# (grader_setup sets os.<name> to None; the runner goes on calling these).
+from os import chdir, chmod, fork, kill, rmdir, setuid, unlink
 
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_SECCOMP, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 4, 22, 36, 38
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWPID, CLONE_NEWNET = 0x20000, 0x4000000, 0x8000000, 0x20000000, 0x40000000
@@ -148,7 +151,7 @@ def enter_namespaces(settings):
     if os.getppid() != settings["parent"]:
         os._exit(0)  # the grader is already gone
     _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWUTS), "unshare")
-    pid = os.fork()
+    pid = fork()
     if pid != 0:
         os.closerange(0, 1 << 16)
         os._exit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) & 0xFF)
@@ -194,10 +197,10 @@ def make_root(settings):
                          ("stderr", "/proc/self/fd/2")):
         os.symlink(target, f"{new}/dev/{name}")
     os.mkdir(new + "/proc")
-    os.chdir(new)
+    chdir(new)
     _check(_libc.syscall(SYS_PIVOT_ROOT[os.uname().machine], b".", b"."), "pivot_root")
     _check(_libc.umount2(b".", 2), "umount the old root")  # MNT_DETACH
-    os.chdir("/")
+    chdir("/")
     _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     _mount(None, "/", None, ro)
 
@@ -326,7 +329,7 @@ def become_test_identity(settings):
     if uid is not None:
         os.setgroups([])
         os.setgid(uid)
-        os.setuid(uid)
+        setuid(uid)
     elif settings["jobns"]:
         drop_capabilities()
     _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # (setuid resets it)
@@ -404,19 +407,19 @@ def run_job(settings, msg):
     if settings["setns_back"]:
         make_job_namespaces(settings)
         try:
-            pid = os.fork()
+            pid = fork()
             if pid == 0:
                 run_job_process(settings, msg, progress_r, progress_w)
         finally:
             for kind, fd in settings["own_namespaces"]:  # back to the runner's own namespaces
                 _check(_libc.setns(fd, kind), "setns")
-            os.chdir(settings["tmp"])
+            chdir(settings["tmp"])
     else:
-        pid = os.fork()
+        pid = fork()
         if pid == 0:
             try:
                 make_job_namespaces(settings)
-                if os.fork() == 0:
+                if fork() == 0:
                     run_job_process(settings, msg, progress_r, progress_w)
                 os.close(progress_w)  # (only the job process reports progress)
                 os.wait()
@@ -447,7 +450,7 @@ def make_job_namespaces(settings):
 def can_return_to_own_namespaces():
     """Whether this process may setns back into its own namespaces after unsharing them (tried in a child,
     which exits 0 if so)."""
-    pid = os.fork()
+    pid = fork()
     if pid == 0:
         try:
             own = [(kind, os.open(f"/proc/self/ns/{name}", os.O_RDONLY)) for kind, name in NAMESPACE_FILES]
@@ -479,7 +482,7 @@ def job_process(settings, msg, progress_w):
     os.close(settings["in_fd"])
     become_test_identity(settings)
     settings["ipc_blocked"] = install_seccomp(settings)
-    os.chdir(settings["tmp"])
+    chdir(settings["tmp"])
     settings["clean"] = [[path, folder_state(path)] for path in settings["clean_folders"]]
     lost_a_process_to_oom(settings)  # (counts from here)
     job = read_job(settings, msg)
@@ -488,11 +491,13 @@ def job_process(settings, msg, progress_w):
     if missing and compile_error is None:
         saved = os.dup(2)
         os.dup2(os.open(os.devnull, os.O_RDWR), 2)  # what an import prints goes nowhere
+        guard_os(settings, True)  # (as the reference's own process had its modules before its guard)
         for name in missing:
             try:
                 __import__(name)
             except BaseException:  # the program meets the same error when it imports it
                 pass
+        guard_os(settings, False)
         os.dup2(saved, 2)
         os.close(saved)
     k = job["start"]
@@ -544,16 +549,16 @@ def empty_folder(path):
                 for entry in entries:
                     try:
                         if not entry.is_dir(follow_symlinks=False):
-                            os.unlink(entry.name, dir_fd=fd)
+                            unlink(entry.name, dir_fd=fd)
                             continue
                         if entry.inode() in stuck:
                             continue
                         try:
-                            os.rmdir(entry.name, dir_fd=fd)
+                            rmdir(entry.name, dir_fd=fd)
                             continue
                         except OSError:
                             pass
-                        os.chmod(entry.name, 0o700, dir_fd=fd)
+                        chmod(entry.name, 0o700, dir_fd=fd)
                         child = os.open(entry.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
                         stuck.add(entry.inode())  # taken out again if it can be removed after emptying
                         break
@@ -573,7 +578,7 @@ def empty_folder(path):
             for entry in os.scandir(fd):
                 if entry.inode() == inode:
                     try:
-                        os.rmdir(entry.name, dir_fd=fd)
+                        rmdir(entry.name, dir_fd=fd)
                     except OSError:
                         stuck.add(inode)
     finally:
@@ -635,10 +640,10 @@ def clean_after_test(settings):
         if clean[3] and (st.st_ino, st.st_mode, st.st_size) == clean[:3]:
             continue  # unchanged since it was emptied
         if st.st_mode != clean[1]:
-            os.chmod(path, clean[1] & 0o7777)
+            chmod(path, clean[1] & 0o7777)
         empty_folder(path)
         if st.st_ino != clean[0] and path == settings["tmp"]:
-            os.chdir(path)
+            chdir(path)
         entry[1] = folder_state(path)
     if settings["private_ipc"] and not settings["ipc_blocked"]:
         remove_ipc_objects()
@@ -659,9 +664,11 @@ PRELUDE_MODULES = PRELUDE_STAR[:15] + ("json",)
 
 
 def grader_setup(settings):
-    """Once per runner: what the grader's profile (settings["grader"]) needs before any job. Without
-    site-packages (the authors run `python3 -S`), installed packages are not importable; with the prelude,
-    its modules are imported and its namespace built here, once, for every job to copy."""
+    """Once per runner, so that every test inherits it at no cost: what the reference grader's process did
+    before running a program (settings["grader"], a graders.Grader's `run`). Without site-packages (the
+    authors run `python3 -S`) installed packages are not importable; the prelude's modules are imported
+    and its namespace built; builtins and functions of os set to None, modules made unimportable, the
+    recursion and integer-digit limits raised. (The runner's own code calls its handles above.)"""
     run = settings["grader"]
     if not run.get("site_packages", True):
         sys.path[:] = [p for p in sys.path if "site-packages" not in p and "dist-packages" not in p]
@@ -675,6 +682,23 @@ def grader_setup(settings):
         # Builtins the reference had set to None before its prelude copied them.
         prelude.update((name, None) for name in run.get("none_builtins", ()) if name in prelude)
         settings["prelude"] = prelude
+    for name in run.get("none_builtins", ()):
+        setattr(builtins, name, None)
+    if run.get("guard"):
+        settings["unguarded"] = {name: getattr(os, name) for name in REFERENCE_GUARD_OS if hasattr(os, name)}
+        guard_os(settings, None)
+        for name in REFERENCE_GUARD_MODULES:
+            sys.modules[name] = None
+    if run.get("recursion_limit"):
+        sys.setrecursionlimit(run["recursion_limit"])
+    if run.get("int_max_str_digits"):
+        sys.set_int_max_str_digits(run["int_max_str_digits"])
+
+
+def guard_os(settings, restore):
+    """Set the guarded functions of os to None, or (restore=True) back to themselves."""
+    for name, function in settings.get("unguarded", {}).items():
+        setattr(os, name, function if restore else None)
 
 
 def program_globals(settings, streams, argv):
@@ -686,22 +710,6 @@ def program_globals(settings, streams, argv):
         names.update(stdin=streams[0], stdout=streams[1], stderr=streams[2], argv=argv)
     names.update(__name__="__main__", __builtins__=builtins, __file__=PROGRAM_NAME)
     return names
-
-
-def apply_grader(run):
-    """In the test child, before the program: what the reference's process did before running it."""
-    for name in run.get("none_builtins", ()):
-        setattr(builtins, name, None)
-    if run.get("guard"):
-        for name in REFERENCE_GUARD_OS:
-            if hasattr(os, name):
-                setattr(os, name, None)
-        for name in REFERENCE_GUARD_MODULES:
-            sys.modules[name] = None
-    if run.get("recursion_limit"):
-        sys.setrecursionlimit(run["recursion_limit"])
-    if run.get("int_max_str_digits"):
-        sys.set_int_max_str_digits(run["int_max_str_digits"])
 
 
 def exact_number(value):
@@ -767,7 +775,6 @@ def run_child(code, compile_error, fn_name, args, fds, plan):
         sys.stdin, sys.stdout, sys.stderr = sys.__stdin__, sys.__stdout__, sys.__stderr__ = streams
         sys.argv = argv
         sys.modules["__main__"] = main
-        apply_grader(run)
     except BaseException:  # the harness itself failed: report it as such, distinctly
         os._exit(121)
     exit_code = 0
@@ -881,7 +888,7 @@ def run_one(settings, job, k, code, compile_error, plan, clean_up=True):
     used = resource.getrusage(resource.RUSAGE_CHILDREN)  # the CPU time of every process reaped here so far
     start = time.monotonic()
     gc.freeze()  # objects made since the last test stay out of the child's collections (fewer page copies)
-    pid = os.fork()
+    pid = fork()
     if pid == 0:
         run_child(code, compile_error, fn_name, args, fds, plan)
     pidfd = os.pidfd_open(pid)
@@ -891,7 +898,7 @@ def run_one(settings, job, k, code, compile_error, plan, clean_up=True):
     # whatever the select above saw: the clock, not the wake-up, decides.
     elapsed = time.monotonic() - start
     if not exited:  # out of time: kill it (and, below, everything it started)
-        os.kill(pid, signal.SIGKILL)
+        kill(pid, signal.SIGKILL)
     exit_code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
     os.close(pidfd)
     if clean_up:  # kill first, then clean: a leftover writer could refill the folder after a clean-up
@@ -925,7 +932,7 @@ def run_in_template(settings, job, start, code, plan, modules):
     runner goes on with the rest itself. If the copy dies (a program killed it), so does the runner,
     and the grader judges that test and starts a new one."""
     progress_r, progress_w = os.pipe()
-    pid = os.fork()
+    pid = fork()
     if pid == 0:
         try:
             os.close(progress_r)
@@ -967,7 +974,7 @@ def main():
         enter_namespaces(settings)  # from here on: pid 1 of the sandbox's own namespaces and file system
     setup(settings)
     grader_setup(settings)
-    os.chdir(settings["tmp"])  # every test child starts here
+    chdir(settings["tmp"])  # every test child starts here
     folders = [settings["tmp"]] + (["/dev/shm"] if settings["private_ipc"] and os.path.isdir("/dev/shm") else [])
     settings["clean_folders"] = folders
     settings["clean"] = [[path, folder_state(path)] for path in folders]  # see clean_after_test
