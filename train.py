@@ -33,6 +33,7 @@ import argparse
 import contextlib
 import copy
 import dataclasses
+import datetime
 import functools
 import math
 import os
@@ -43,15 +44,16 @@ from pathlib import Path
 
 import torch
 from accelerate import Accelerator
+from torch.distributed.fsdp import FSDPModule
 from torch.distributed.device_mesh import init_device_mesh
-from accelerate.utils import set_seed
+from accelerate.utils import InitProcessGroupKwargs, set_seed
 from tqdm.auto import tqdm
 
 from cobalt_min import cli
 from cobalt_min.checkpoint import resume, save_checkpoint, save_final_policy
 from cobalt_min.generation import (HFEngine, VLLMEngine, chat_prompt_ids, check_stop_rule, engine_kind, find_smollm2_gguf,
                                    load_model, request_seeds)
-from cobalt_min.grpo import group_advantages, policy_loss
+from cobalt_min.grpo import AGGREGATIONS, group_advantages, policy_loss
 from cobalt_min.logprobs import LogprobModel, SequenceBatch, enable_checkpointing, pack_groups
 from cobalt_min.jsonl import append_jsonl, read_jsonl, write_jsonl
 from cobalt_min.prompts import extract_code
@@ -162,7 +164,10 @@ def loss_flags(ap):
     g.add_argument("--kl-coef", type=cli.non_negative, default=1e-4,
                    help="KL penalty coefficient (default 1e-4; 0 skips ref)")
     g.add_argument("--kl-estimator", default="k2", choices=["k1", "k2", "k3"], help="default k2 (veRL 'mse')")
-    g.add_argument("--agg", default="token-mean", choices=["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"])
+    g.add_argument("--agg", default="token-mean", choices=AGGREGATIONS,
+                   help="how per-token losses become the loss: token-mean over the whole mini-batch (the paper's), or "
+                        "micro-token-mean, veRL's token mean per micro-batch as the authors' runs had it "
+                        "(cobalt_min/grpo.aggregate; default token-mean)")
     g.add_argument("--adv-eps", type=cli.positive, default=1e-6, help="advantage = (r - mean) / (std + eps)")
     g.add_argument("--logprob-chunk", type=cli.count, default=256,
                    help="tokens per LM-head chunk in log-probs (default 256)")
@@ -177,9 +182,15 @@ def optimisation_flags(ap):
     g.add_argument("--mini-batches", type=cli.count, default=2,
                    help="optimizer steps per batch (default 2: mini-batch 64)")
     g.add_argument("--micro-batch-size", type=cli.count, default=4,
-                   help="sequences per forward/backward (accumulation)")
+                   help="sequences per forward/backward (accumulation; default 4)")
+    g.add_argument("--micro-batch-tokens", type=cli.count, default=None,
+                   help="instead of --micro-batch-size: micro-batches of whole contexts up to this many tokens (a "
+                        "context's prompt counted once: its G rows share it in the forward, whatever the size)")
     g.add_argument("--epochs", type=cli.count, default=2, help="passes over the contexts (default 2)")
     g.add_argument("--max-steps", type=cli.count, default=None, help="stop after this many steps")
+    g.add_argument("--max-nonfinite-steps", type=cli.count, default=5,
+                   help="an optimizer step whose gradient norm is not finite is skipped (all ranks agree: the norm is "
+                        "global); stop the run after this many in a row (default 5)")
     g.add_argument("--seed", type=int, default=0)
 
 
@@ -192,7 +203,14 @@ def output_flags(ap):
     g.add_argument("--save-every", type=cli.count, default=10, help="checkpoint every N steps (default 10)")
     g.add_argument("--keep-checkpoints", type=cli.count, default=2, help="most recent checkpoints kept (default 2)")
     g.add_argument("--log-with", default=None, choices=[None, "tensorboard", "wandb"], help="extra tracker")
+    g.add_argument("--dist-timeout-minutes", type=cli.positive, default=180,
+                   help="how long a rank waits for the others in a collective before the run fails (default 180; "
+                        "torch's default of 10 is shorter than a slow rank's generation and sandbox work at the "
+                        "paper's scale; metrics.jsonl's rank_spread_s shows how far apart the ranks come)")
     g.add_argument("--out", type=cli.output_folder, required=True, help="output folder")
+    g.add_argument("--save-dtype", default=None, choices=["float32", "bfloat16"],
+                   help="dtype of the final policy in --out/final (default: the training's compute dtype: bfloat16 "
+                        "under --mixed-precision bf16, else --dtype)")
     g.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --out")
 
 
@@ -262,6 +280,8 @@ class Learner:
     engine: object            # HFEngine or VLLMEngine
     engine_has_copy: bool     # the engine samples from its own copy of the weights (vLLM; --fsdp): push them each step
     score: object             # (contexts, completions) -> (rewards (B, G), pass rates (B*G,)): cobalt_scores / sanity_scores
+    compute_dtype: torch.dtype = torch.float32  # what forwards and backwards compute in
+    nonfinite_in_a_row: int = 0  # optimizer steps skipped for a non-finite gradient norm, in a row
 
 
 def load_training_contexts(args, log) -> tuple[list, list]:
@@ -324,6 +344,18 @@ def sanity_scores(token_ids: str):
     return score
 
 
+def frozen(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
+    """A frozen copy of `model` with its PARAMETERS in `dtype` and its buffers exactly as they are: a
+    module's .to(dtype) would also cast floating buffers, such as the rotary inv_freq that Llama and Qwen
+    keep in float32, and the copy would then not compute the policy's function (its KL to the policy at
+    step 1, where they are the same weights, must be exactly 0). As from_pretrained(dtype=...) loads."""
+    # Each parameter copied straight into `dtype` (deepcopy's memo): no transient full copy in the policy's
+    # float32 (33 GB of host memory for an 8B model, per rank).
+    memo = {id(p): torch.nn.Parameter(p.detach().to(dtype, copy=True), requires_grad=False)
+            for p in model.parameters()}
+    return copy.deepcopy(model, memo).requires_grad_(False).eval()
+
+
 def make_learner(args, accelerator, model_path: str, use_vllm: bool, tokenizer, policy, compute_dtype,
                  workers) -> Learner:
     """Wrap the policy for the ranks (DDP through Accelerate, or FSDP2 shards with --fsdp), make the frozen
@@ -331,11 +363,13 @@ def make_learner(args, accelerator, model_path: str, use_vllm: bool, tokenizer, 
     if args.gradient_checkpointing:
         enable_checkpointing(policy)
     policy.config.use_cache = False
-    frozen_copy = lambda: copy.deepcopy(policy).requires_grad_(False).eval().to(compute_dtype)  # noqa: E731
-    # The reference policy: the initial weights, frozen, in the compute dtype (only with a KL term).
-    ref_lm = frozen_copy() if args.kl_coef != 0.0 else None
+    # The reference policy (only with a KL term): the initial weights, frozen, computing exactly the policy's
+    # function. Under --fsdp both run in the compute dtype (FSDP2 casts the policy's weights to it), so the
+    # reference is stored in it; otherwise the policy runs under Accelerate's autocast with float32 weights
+    # (a float32 residual stream), and so does the reference: same weights, same arithmetic.
+    ref_lm = frozen(policy, compute_dtype if args.fsdp else policy.dtype) if args.kl_coef != 0.0 else None
     # Under --fsdp the policy's weights are shards: the transformers engine samples from a full copy.
-    sampler_lm = frozen_copy().to(accelerator.device) if args.fsdp and not use_vllm else None
+    sampler_lm = frozen(policy, compute_dtype).to(accelerator.device) if args.fsdp and not use_vllm else None
     if args.fsdp:
         mesh = init_device_mesh(accelerator.device.type, (accelerator.num_processes,))
         wrapped = shard_model(LogprobModel(policy, args.logprob_chunk), mesh,
@@ -359,7 +393,7 @@ def make_learner(args, accelerator, model_path: str, use_vllm: bool, tokenizer, 
     accelerator.wait_for_everyone()  # every rank's engine is up before the first collective
     score = sanity_scores(args.sanity_reward_tokens) if args.sanity_reward_tokens else \
         cobalt_scores(args, token_counter(tokenizer), workers)
-    return Learner(accelerator, wrapped, ref, optimizer, tokenizer, engine, use_vllm or args.fsdp, score)
+    return Learner(accelerator, wrapped, ref, optimizer, tokenizer, engine, use_vllm or args.fsdp, score, compute_dtype)
 
 
 # ----------------------------------------------------------------------------- the phases of a step
@@ -487,22 +521,64 @@ def sequence_logprobs(learner: Learner, batch: StepBatch, args):
     sequences = pack_groups(batch.prompts, [row.token_ids or [eos] for row in batch.rows], batch.prompt_of,
                             learner.tokenizer.pad_token_id, device=learner.accelerator.device)  # prompts (U, P); rows (R, C)
     old_logp = ref_logp = None
+    plan = micro_batches(sequences, torch.arange(len(batch.rows), device=learner.accelerator.device), args,
+                         learner.accelerator) if args.mini_batches > 1 or learner.ref is not None else []
     if args.mini_batches > 1:
-        old_logp = batched_logprobs(learner.policy, sequences, args.temperature, args.micro_batch_size)
+        old_logp = batched_logprobs(learner.policy, sequences, args.temperature, plan)
     if learner.ref is not None:
-        ref_logp = batched_logprobs(learner.ref, sequences, args.temperature, args.micro_batch_size)
+        with learner.accelerator.autocast():  # (as the policy's forward runs; a no-op under --fsdp)
+            ref_logp = batched_logprobs(learner.ref, sequences, args.temperature, plan)
     return sequences, old_logp, ref_logp
 
 
-def batched_logprobs(model, batch: SequenceBatch, temperature, micro_batch) -> torch.Tensor:
-    """Completion token log-probs of every row, `micro_batch` rows per forward (no gradient) -> (R, C)."""
+def batched_logprobs(model, batch: SequenceBatch, temperature, plan: list) -> torch.Tensor:
+    """Completion token log-probs of every row, one forward per micro-batch of `plan` (no gradient) -> (R, C)."""
     out = torch.zeros(batch.completion_ids.shape, dtype=torch.float32, device=batch.completion_ids.device)
     with torch.no_grad():
-        for i in range(0, out.shape[0], micro_batch):
-            rows = torch.arange(i, min(i + micro_batch, out.shape[0]), device=out.device)
+        for rows in plan:
             logp = model(*batch.rows(rows).fields(), temperature)
             out[rows, :logp.shape[1]] = logp
+    if isinstance(model, FSDPModule):
+        model.reshard()  # FSDP2 keeps its root unit (embeddings, LM head) gathered after a forward, for the
+        # backward it expects: a no-gradient pass has none (the reference's would stay gathered all run long)
     return out
+
+
+def micro_batches(sequences: SequenceBatch, rows: torch.Tensor, args, accelerator) -> list:
+    """`rows` in micro-batches (index tensors): --micro-batch-size rows each, or with --micro-batch-tokens as
+    many whole contexts as fit in that many tokens, a context's prompt counted once (its rows share it in
+    the forward); a context larger than the budget is split into runs of rows. Every rank gets as many
+    micro-batches (under FSDP each forward is a collective): one with fewer halves its largest until it has
+    as many. Rows are in context order (a context's rows are consecutive)."""
+    if args.micro_batch_tokens is None:
+        return [rows[i:i + args.micro_batch_size] for i in range(0, len(rows), args.micro_batch_size)]
+    budget, index = args.micro_batch_tokens, sequences.prompt_index.tolist()
+    prompt_len, row_len = sequences.prompt_mask.sum(1).tolist(), sequences.completion_mask.sum(1).tolist()
+    contexts = []  # runs of consecutive rows continuing one prompt
+    for r in rows.tolist():
+        if contexts and index[contexts[-1][-1]] == index[r]:
+            contexts[-1].append(r)
+        else:
+            contexts.append([r])
+    plan, cost = [], 0
+    for ctx in contexts:
+        prompt = prompt_len[index[ctx[0]]]
+        if not plan or cost + prompt + sum(row_len[r] for r in ctx) > budget:
+            plan.append([])  # the whole context in a micro-batch of its own when it does not fit this one
+            cost = 0
+        for k, r in enumerate(ctx):
+            add = row_len[r] + (prompt if k == 0 else 0)
+            if plan[-1] and cost + add > budget:  # a context over the budget: a new run of its rows
+                plan.append([])
+                cost, add = 0, row_len[r] + prompt
+            plan[-1].append(r)
+            cost += add
+    plan = [p for p in plan if p]
+    most = int(accelerator.gather(torch.tensor([len(plan)], device=accelerator.device)).max())
+    while len(plan) < most:
+        k = max(range(len(plan)), key=lambda i: len(plan[i]))
+        plan[k:k + 1] = [plan[k][:len(plan[k]) // 2], plan[k][len(plan[k]) // 2:]]
+    return [torch.tensor(p, device=rows.device) for p in plan]
 
 
 def update_policy(learner: Learner, sequences: SequenceBatch, advantages, old_logp, ref_logp, args) -> dict:
@@ -515,7 +591,7 @@ def update_policy(learner: Learner, sequences: SequenceBatch, advantages, old_lo
     accelerator, world = learner.accelerator, learner.accelerator.num_processes
     token_stats = ("clip_frac_high", "clip_frac_low", "clip_frac_dual", "kl", "ratio")
     sums = dict.fromkeys(("loss",) + token_stats + ("tokens",), 0.0)  # this rank's; token_stats weighted by tokens
-    grad_norms = []
+    grad_norms, skipped = [], 0
     advantages = advantages.to(accelerator.device)
     per_mini_batch = len(advantages) // args.mini_batches  # rows: (contexts per rank / mini-batches) x G
     for k in range(args.mini_batches):
@@ -523,8 +599,8 @@ def update_policy(learner: Learner, sequences: SequenceBatch, advantages, old_lo
         # token-mean over the whole mini-batch on all ranks: DDP and FSDP average gradients over the
         # ranks, so each rank divides by (the mini-batch's tokens on all ranks / ranks).
         tokens = accelerator.reduce(sequences.completion_mask[rows].sum().float(), "sum")
-        for start in range(0, len(rows), args.micro_batch_size):
-            idx = rows[start:start + args.micro_batch_size]
+        plan = micro_batches(sequences, rows, args, accelerator)
+        for idx in plan:
             micro = sequences.rows(idx)
             width = micro.completion_ids.shape[1]
             logp = learner.policy(*micro.fields(), args.temperature)  # (micro-batch, width)
@@ -534,22 +610,44 @@ def update_policy(learner: Learner, sequences: SequenceBatch, advantages, old_lo
                                            dual_clip=args.dual_clip, kl_coef=args.kl_coef,
                                            kl_estimator=args.kl_estimator, agg=args.agg,
                                            minibatch_tokens=max(1.0, tokens.item() / world),
-                                           minibatch_sequences=len(rows))
+                                           minibatch_sequences=len(rows),
+                                           micro_batches=len(plan))
             loss.backward()
             tokens_here = micro.completion_mask.sum().item()
             sums["loss"] += loss.item() / args.mini_batches  # this rank's part of the mini-batches' mean loss
             sums["tokens"] += tokens_here
             for name in token_stats:
                 sums[name] += loss_stats[name] * tokens_here
-        grad_norms.append(full_norm(torch.nn.utils.clip_grad_norm_(learner.policy.parameters(), args.grad_clip)))
-        learner.optimizer.step()
-        learner.optimizer.zero_grad(set_to_none=True)
+        norm = optimizer_step(learner.policy, learner.optimizer, args.grad_clip)
+        if norm is None:
+            skipped += 1
+            learner.nonfinite_in_a_row += 1
+            if learner.nonfinite_in_a_row >= args.max_nonfinite_steps:
+                raise SystemExit(f"error: {learner.nonfinite_in_a_row} optimizer steps in a row had a non-finite "
+                                 "gradient norm (NaN or inf) and were skipped: the run stops (its last checkpoint "
+                                 "is kept). Lower --lr, check the data, or raise --max-nonfinite-steps.")
+        else:
+            grad_norms.append(norm)
+            learner.nonfinite_in_a_row = 0
     # Over ranks: the loss is the mean of the ranks' parts (the objective that the averaged gradients
     # descend), the other statistics means over all completion tokens; the gradient norm is already global.
     totals = dict(zip(sums, accelerator.reduce(torch.tensor(list(sums.values()), device=accelerator.device),
                                                "sum").tolist()))
     return {"loss": totals["loss"] / world, **{k: totals[k] / max(totals["tokens"], 1.0) for k in token_stats},
-            "grad_norm": mean(grad_norms)}
+            "grad_norm": mean(grad_norms) if grad_norms else float("nan"), "skipped_nonfinite_steps": skipped}
+
+
+def optimizer_step(policy: torch.nn.Module, optimizer, grad_clip: float) -> float | None:
+    """Clip the gradients to grad_clip and take the optimizer step; the gradient norm, or None when it is
+    not finite (one NaN or inf anywhere would make every weight NaN for the rest of the run): then the
+    step is skipped, as the authors' veRL does. The norm is the global one on every rank (DDP's gradients
+    are already averaged, FSDP2's clip_grad_norm_ reduces it), so the ranks agree without a collective."""
+    norm = full_norm(torch.nn.utils.clip_grad_norm_(policy.parameters(), grad_clip))
+    finite = math.isfinite(norm)
+    if finite:
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return norm if finite else None
 
 
 def sync_sampler(learner: Learner) -> None:
@@ -573,6 +671,9 @@ def step_metrics(learner: Learner, batch: StepBatch, sequences, stats: dict, tim
     all_rates = gather(torch.tensor([p if p is not None else 0.0 for p in batch.rates], device=device))
     zero_std = gather((batch.group_rewards.std(1) == 0).float().to(device))
     memory = gather(torch.tensor([peak_memory_gb(device)], device=device)).tolist()  # one per rank
+    # How far apart the ranks reached the step's first collective (its batch: sampling, the sandbox): the
+    # fast ones wait that long, and a wait over --dist-timeout-minutes fails the run.
+    batch_s = gather(torch.tensor([timings["batch_s"]], device=device))
     counts = acc.reduce(torch.tensor([len(batch.rows), sum(p is not None for p in batch.rates), batch.problems],
                                      device=device, dtype=torch.float32), "sum").tolist()
     n_tokens = float(sequences.prompt_mask.sum(1)[sequences.prompt_index].sum() + sequences.completion_mask.sum())
@@ -580,6 +681,7 @@ def step_metrics(learner: Learner, batch: StepBatch, sequences, stats: dict, tim
             "reward_std": all_rewards.std().item() if all_rewards.numel() > 1 else 0.0,
             "pass_rate": all_rates.mean().item(), "all_tests_passed": (all_rates >= 1).float().mean().item(),
             "zero_std_groups": zero_std.mean().item(),
+            "rank_spread_s": round((batch_s.max() - batch_s.min()).item(), 3),
             "no_code": sum(extract_code(c.text) is None for c in batch.rows) / len(batch.rows),
             "response_len": lengths.mean().item(), "truncated": truncated.mean().item(),
             "lr": learner.optimizer.param_groups[0]["lr"], **stats,
@@ -672,6 +774,9 @@ SETTINGS = ("method", "model", "thinking", "dtype", "mixed_precision", "fsdp", "
 
 def main(argv=None):
     args = parse_args(argv)
+    # Before CUDA starts: freed blocks of varying sizes (micro-batches of varying lengths) are reused instead
+    # of fragmenting the allocator's segments.
+    os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     with cli.interrupt_message("the run keeps its last checkpoint in --out/checkpoints", cli.command_line(__file__, argv)):
         train(args)
 
@@ -688,7 +793,9 @@ def start_run(args):
     model_path = find_smollm2_gguf() if args.model == "smollm2" else args.model
     use_vllm = engine_kind(args.engine, model_path) == "vllm"  # (checked before anything loads)
     # Under --fsdp, FSDP2's own mixed precision casts the weights; Accelerate's autocast stays off.
-    accelerator = Accelerator(log_with=args.log_with, project_dir=args.out, mixed_precision="no" if args.fsdp else mixed)
+    accelerator = Accelerator(log_with=args.log_with, project_dir=args.out, mixed_precision="no" if args.fsdp else mixed,
+                              kwargs_handlers=[InitProcessGroupKwargs(timeout=datetime.timedelta(
+                                  minutes=args.dist_timeout_minutes))])
     launched = int(os.environ.get("WORLD_SIZE", "1"))
     if launched != accelerator.num_processes:
         raise SystemExit(f"error: {launched} processes were launched but Accelerate sees a run of "
@@ -779,7 +886,8 @@ def train(args):
         # 1-4. the step's batch: programs sampled by the current policy, run, rewarded, their advantages.
         #      COBALT (cobalt_batch, the contextual bandit): a batch of offline contexts s_t, G next programs
         #      each, immediate rewards. GRPO-MT (grpo_mt_batch): G whole conversations per problem.
-        batch = make_batch(step=step, timings=timings)
+        with timed(timings, "batch_s"):
+            batch = make_batch(step=step, timings=timings)
         # 5. log-probs of the sampling and reference policies where the loss needs them
         with timed(timings, "logprob_s"):
             sequences, old_logp, ref_logp = sequence_logprobs(learner, batch, args)
@@ -807,7 +915,8 @@ def train(args):
             save_checkpoint(accelerator, learner.policy, learner.optimizer, out, step, batch.epoch, args.keep_checkpoints)
     bar.close()
 
-    save_final_policy(accelerator, learner.policy, tokenizer, out / "final")
+    save_final_policy(accelerator, learner.policy, tokenizer, out / "final",
+                      dtype=getattr(torch, args.save_dtype) if args.save_dtype else learner.compute_dtype)
     if main_process:
         log(f"wrote {out / 'metrics.jsonl'}, {write_report(out)} and the final policy to {out / 'final'}")
     if hasattr(learner.engine, "close"):

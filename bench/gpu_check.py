@@ -17,6 +17,13 @@ Steps, each reported as {"ok": bool, ...} or {"skipped": why}:
    the steps complete, the peak memory of each rank, and the memory each GPU held during the run
    (nvidia-smi, every 0.5 s: each rank's engine must sit on its own GPU, so both GPUs hold about as much).
 6. bench: bench/bench_gpu.py --quick (0.6B update MFU and memory; engine vs plain generate).
+7. kl_zero_bf16: one train.py step in bf16 with a KL term and one mini-batch: the policy has not moved, so its
+   KL to the frozen reference must be exactly 0 (the reference computes the policy's function).
+8. logprobs_left_padding: bf16 log-probs of rows whose prompts are left-padded to different lengths are finite
+   and equal (to bf16 tolerance) to each row's own unpadded log-probs (an attention kernel that mishandles a
+   fully padded row gives NaN here).
+9. update_memory_vs_plan: one train.py --fsdp step (one rank) of a model sized for it, its peak memory at the
+   update against bench/memory_plan.py's prediction for the same config and lengths.
 Steps 2 and 3 need vLLM (`pip install vllm`, see README); without it they are skipped, saying so. Step 5
 needs 2 GPUs; the dry run runs it on 2 CPU processes (gloo) with the transformers engine.
 """
@@ -47,8 +54,13 @@ QUESTIONS = ["Read two integers and print their sum.", "Print the reverse of the
              "Read n, then n numbers; print the largest.", "Print Hello, World!"]
 
 
+ONLY: list = []  # --only: the steps to run (empty: all)
+
+
 def step(results, name, fn):
     """Run one check, record its outcome (an exception is a failed check, not a crash)."""
+    if ONLY and name not in ONLY[0]:
+        return
     start = time.perf_counter()
     try:
         results[name] = fn()
@@ -67,7 +79,10 @@ def main():
     ap.add_argument("--dry-run", action="store_true", help="CPU and tiny sizes; the CUDA-only steps are skipped")
     ap.add_argument("--json", default="gpu_check.json", help="also write the result here (default gpu_check.json)")
     ap.add_argument("--work", default=None, help="folder for the model and runs (default: a temporary one)")
+    ap.add_argument("--only", default=None, help="comma-separated step names: run just these")
     args = ap.parse_args()
+    if args.only:
+        ONLY.append(set(args.only.split(",")))
     cuda = torch.cuda.is_available() and not args.dry_run
     if not cuda and not args.dry_run:
         raise SystemExit("error: no CUDA GPU here; run with --dry-run to check everything else on the CPU")
@@ -201,6 +216,63 @@ def main():
             return {"ok": False, "stderr_tail": proc.stderr[-1500:]}
         return {"ok": True, **json.load(open(path))}
     step(results, "bench", bench)
+
+    # (no programs run in these: the reward is the share of lowercase letters, so no sandbox is needed)
+    letters = ",".join(str(tokenizer.convert_tokens_to_ids(c)) for c in "abcdefghijklmnopqrstuvwxyz")
+
+    def kl_zero_bf16():
+        out = os.path.join(work, "train_kl")
+        cmd = [sys.executable, os.path.join(ROOT, "train.py"), "--model", model_dir, "--contexts", contexts, "--out", out,
+               "--engine", "hf", "--batch-size", "2", "--group-size", "4", "--max-new-tokens", str(new_tokens),
+               "--max-steps", "1", "--mini-batches", "1", "--kl-coef", "0.01", "--save-every", "100",
+               "--mixed-precision", "bf16" if cuda else "no", "--sanity-reward-tokens", letters]
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=600)
+        metrics = [json.loads(x) for x in open(os.path.join(out, "metrics.jsonl"))] if proc.returncode == 0 else []
+        return {"ok": len(metrics) == 1 and metrics[0]["kl"] == 0.0, "kl": metrics[0]["kl"] if metrics else None,
+                "stderr_tail": proc.stderr[-1500:] if proc.returncode else ""}
+    step(results, "kl_zero_bf16", kl_zero_bf16)
+
+    def logprobs_left_padding():
+        from cobalt_min.logprobs import completion_logprobs, pack_groups
+        _, lm = load_model(model_dir, dtype=torch.bfloat16 if cuda else torch.float32, device=device)
+        g = torch.Generator().manual_seed(0)
+        prompts = [torch.randint(0, 250, (n,), generator=g).tolist() for n in (3, 40, 200)]
+        completions = [torch.randint(0, 250, (n,), generator=g).tolist() for n in (30, 5, 17)]
+        with torch.no_grad():
+            together = completion_logprobs(lm, pack_groups(prompts, completions, [0, 1, 2], 0, device=device))
+            alone = [completion_logprobs(lm, pack_groups([p], [c], [0], 0, device=device))[0]
+                     for p, c in zip(prompts, completions)]
+        finite = bool(torch.isfinite(together).all())
+        diff = max(float((together[r, :len(c)] - alone[r][:len(c)]).abs().max()) for r, c in enumerate(completions))
+        return {"ok": finite and diff < (0.1 if cuda else 1e-4), "finite": finite, "max_abs_diff": diff}
+    step(results, "logprobs_left_padding", logprobs_left_padding)
+
+    def update_memory_vs_plan():
+        from memory_plan import plan
+        size36 = dict(layers=2, hidden=64, heads=4, kv_heads=2) if args.dry_run else \
+            dict(layers=8, hidden=2048, heads=16, kv_heads=8, head_dim=128)
+        big = make_random_chat_model(os.path.join(work, "model36"), family="qwen3", dtype=torch.float32, **size36)
+        out = os.path.join(work, "train_memory")
+        response = 2 * new_tokens
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "1", os.path.join(ROOT, "train.py"),
+               "--model", big, "--contexts", contexts, "--out", out, "--fsdp", "--engine", "hf", "--batch-size", "2",
+               "--group-size", "4", "--mini-batches", "1", "--max-new-tokens", str(response), "--max-steps", "1",
+               "--gradient-checkpointing", "--micro-batch-tokens", "4096", "--kl-coef", "1e-4", "--save-every", "100",
+               "--max-prompt-tokens", "2048", "--sanity-reward-tokens", letters]
+        env = dict(os.environ, **({} if cuda else {"ACCELERATE_USE_CPU": "true"}))
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=600, env=env)
+        metrics = [json.loads(x) for x in open(os.path.join(out, "metrics.jsonl"))] if proc.returncode == 0 else []
+        cfg = json.load(open(os.path.join(big, "config.json")))
+        predicted = plan(cfg, ranks=1, device_gb=0.0, vllm_share=0.0, prompt=2048, response=response, micro_batch=1,
+                         checkpointing=True, logprob_chunk=256, micro_batch_tokens=4096)
+        measured = metrics[0]["peak_memory_gb"] if metrics else None
+        # (the transformers engine's sampler copy under --fsdp, bf16, stands where vLLM's share would)
+        planned = predicted["update_gb"] + 2 * predicted["parameters_billion"]
+        return {"ok": bool(metrics) and (not cuda or measured <= planned * 1.2),
+                "measured_peak_gb": measured, "planned_update_gb": round(planned, 3),
+                "planned_parts": {k: round(v, 3) for k, v in predicted["update_parts"].items()},
+                "stderr_tail": proc.stderr[-1500:] if proc.returncode else ""}
+    step(results, "update_memory_vs_plan", update_memory_vs_plan)
 
     checks = [v for k, v in results.items() if isinstance(v, dict) and "ok" in v]
     results["all_ok"] = all(v["ok"] for v in checks)

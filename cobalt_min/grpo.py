@@ -52,18 +52,26 @@ def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str = "k2"
     raise ValueError(f"kl_estimator must be k1, k2 or k3, not {estimator!r}")
 
 
+AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "micro-token-mean")
+
+
 def aggregate(per_token: torch.Tensor, mask: torch.Tensor, agg: str, minibatch_tokens: float | None = None,
-              minibatch_sequences: int | None = None):
+              minibatch_sequences: int | None = None, micro_batches: int = 1):
     """Reduce a (B, T) per-token loss to a scalar.
 
     token-mean: sum over all masked tokens / their number (every token weighs the same, so long
       responses weigh more; the paper's).
     seq-mean-token-mean: mean over sequences of each sequence's token mean (GRPO's original).
     seq-mean-token-sum: mean over sequences of each sequence's token sum (Dr. GRPO-style).
+    micro-token-mean: this micro-batch's token mean divided by the number of micro-batches the mini-batch
+      is accumulated from (`micro_batches`): veRL's token-mean with fixed micro-batches, as the authors
+      trained (their 2 sequences per micro-batch: close to a mean over pairs of sequences).
     When a mini-batch is split into gradient-accumulation micro-batches, minibatch_tokens (token-mean)
     and minibatch_sequences (the sequence means) replace this micro-batch's counts in the division, so
     that the accumulated gradient equals the whole mini-batch's."""
     mask = mask.to(per_token.dtype)
+    if agg == "micro-token-mean":
+        return (per_token * mask).sum() / mask.sum().clamp(min=1.0) / micro_batches
     if agg == "token-mean":
         denom = mask.sum() if minibatch_tokens is None else torch.as_tensor(minibatch_tokens, dtype=per_token.dtype)
         return (per_token * mask).sum() / denom.clamp(min=1.0)
@@ -73,13 +81,13 @@ def aggregate(per_token: torch.Tensor, mask: torch.Tensor, agg: str, minibatch_t
     elif agg == "seq-mean-token-sum":
         per_seq = seq_sum
     else:
-        raise ValueError(f"agg must be token-mean, seq-mean-token-mean or seq-mean-token-sum, not {agg!r}")
+        raise ValueError(f"agg must be one of {', '.join(AGGREGATIONS)}, not {agg!r}")
     return per_seq.sum() / (minibatch_sequences or per_seq.shape[0])
 
 
 def policy_loss(logp, old_logp, ref_logp, advantages, mask, *, clip_low: float = 0.2, clip_high: float = 0.4,
                 dual_clip: float = 3.0, kl_coef: float = 1e-4, kl_estimator: str = "k2", agg: str = "token-mean",
-                minibatch_tokens: float | None = None, minibatch_sequences: int | None = None):
+                minibatch_tokens: float | None = None, minibatch_sequences: int | None = None, micro_batches: int = 1):
     """The clipped GRPO surrogate with clip-higher, dual clip and a KL penalty -> (loss, metrics).
 
     logp, old_logp, ref_logp, mask: (B, T); advantages: (B,). ref_logp may be None when kl_coef = 0.
@@ -92,7 +100,8 @@ def policy_loss(logp, old_logp, ref_logp, advantages, mask, *, clip_low: float =
         with A < 0 the max above is unbounded as the ratio grows (a token the policy now likes far
         more than when it was sampled); dual clip caps that term at c |A| (Ye et al., 2020).
       loss_t = pg + kl_coef * KL_t (kl_penalty), reduced by aggregate(agg) over the mini-batch
-      (minibatch_tokens / minibatch_sequences: its size when this call sees one micro-batch of it).
+      (minibatch_tokens / minibatch_sequences / micro_batches: its size when this call sees one
+      micro-batch of it).
     With a single optimizer step per batch old_logp == logp.detach() and ratio == 1: the loss is
     then the plain policy gradient -A * logp in value of gradient.
     Metrics (means over masked tokens): clip_frac_high (A > 0, ratio above 1 + clip_high),
@@ -110,7 +119,7 @@ def policy_loss(logp, old_logp, ref_logp, advantages, mask, *, clip_low: float =
     if kl_coef != 0.0:
         kl = kl_penalty(logp, ref_logp, kl_estimator)
         per_token = per_token + kl_coef * kl
-    loss = aggregate(per_token, mask, agg, minibatch_tokens, minibatch_sequences)
+    loss = aggregate(per_token, mask, agg, minibatch_tokens, minibatch_sequences, micro_batches)
     with torch.no_grad():
         m = mask.bool()
         metrics = {

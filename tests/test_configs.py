@@ -45,6 +45,8 @@ def test_gpu_check_dry_run_on_cpu(tmp_path):
     assert result["hf_greedy"]["equals_plain_generate"] and result["train_steps"]["step_s"]
     assert "skipped" in result["vllm_matches_hf"] and "skipped" in result["vllm_follows_weights"]
     assert result["bench"]["generation"] and result["bench"]["updates"]
+    assert result["kl_zero_bf16"]["kl"] == 0.0 and result["logprobs_left_padding"]["finite"]
+    assert result["update_memory_vs_plan"]["planned_update_gb"] > 0
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen3"])

@@ -89,10 +89,12 @@ def one_process(tiny_model_dir, tmp_path_factory):
 @pytest.mark.parametrize("mode", ["ddp", "fsdp", "fsdp-checkpointing"])
 def test_two_ranks_train_as_one_process(mode, one_process, tiny_model_dir, tmp_path):
     # fsdp-checkpointing: the 8B recipe's setting (FSDP2 shards, each decoder layer replayed in backward, the
-    # prompts still shared by their completions): the same numbers as one process without checkpointing
+    # prompts still shared by their completions, micro-batches by a token budget, so the ranks' counts must
+    # be made equal): the same numbers as one process without checkpointing, micro-batches of 3 rows
     out = tmp_path / "run"
     port = {"ddp": "29621", "fsdp": "29622", "fsdp-checkpointing": "29623"}[mode]
-    extra = {"ddp": [], "fsdp": ["--fsdp"], "fsdp-checkpointing": ["--fsdp", "--gradient-checkpointing"]}[mode]
+    extra = {"ddp": [], "fsdp": ["--fsdp"],
+             "fsdp-checkpointing": ["--fsdp", "--gradient-checkpointing", "--micro-batch-tokens", "30"]}[mode]
     cmd = [*TORCHRUN, port, *run_args(tiny_model_dir, tmp_path, out, "--max-steps", str(STEPS), *extra)]
     resumed = run_killed_then_resumed(cmd, out)
     assert ("(FSDP)" in resumed.stderr) == mode.startswith("fsdp")
@@ -145,3 +147,19 @@ def test_fsdp_pieces_on_two_ranks(tiny_model_dir):
                           cwd=ROOT, env=cpu_env(), capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count("fsdp pieces ok") == 2, proc.stdout
+
+
+def test_kl_to_the_reference_is_exactly_zero_before_the_first_update_on_two_fsdp_ranks(tiny_model_dir, tmp_path):
+    # As tests/test_train.py's one-process check: FSDP2 runs the policy in bf16, the reference is stored in
+    # bf16 with its buffers (the rotary inv_freq) left in float32, as the policy's are.
+    out = tmp_path / "run"
+    contexts = write_contexts(tmp_path / "ctx.jsonl", short=True, count=4)
+    cmd = [*TORCHRUN, "29624", os.path.join(ROOT, "train.py"), "--model", tiny_model_dir, "--contexts", str(contexts),
+           "--out", str(out), "--sanity-reward-tokens", target_tokens(tiny_model_dir), "--batch-size", "4",
+           "--group-size", "4", "--max-new-tokens", "8", "--mini-batches", "1", "--kl-coef", "0.01", "--max-steps",
+           "1", "--fsdp", "--mixed-precision", "bf16", "--engine", "hf", "--save-every", "100"]
+    proc = subprocess.run(cmd, cwd=ROOT, env=cpu_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "on 2 process(es) (FSDP)" in proc.stderr
+    [m] = metrics(out)
+    assert m["kl"] == 0.0, m

@@ -54,6 +54,8 @@ def test_policy_loss_hand_values():
     assert _loss(kl_coef=0.0, minibatch_tokens=10)[0].item() == pytest.approx(7.2 / 10)
     # a micro-batch of a 4-sequence mini-batch: sequence means divide by 4
     assert _loss(kl_coef=0.0, agg="seq-mean-token-sum", minibatch_sequences=4)[0].item() == pytest.approx((-2.4 + 9.6) / 4)
+    # veRL's token mean per micro-batch (the authors' runs): this micro-batch's token mean over 3 micro-batches
+    assert _loss(kl_coef=0.0, agg="micro-token-mean", micro_batches=3)[0].item() == pytest.approx(7.2 / 5 / 3)
     assert m["clip_frac_high"] == pytest.approx(0.2) and m["clip_frac_low"] == pytest.approx(0.2)
     assert m["clip_frac_dual"] == pytest.approx(0.2)
     assert m["ratio"] == pytest.approx((1 + 1.5 + 0.7 + 4 + 1) / 5)
@@ -71,6 +73,14 @@ def test_kl_estimators(estimator, per_token):
     assert m["kl"] == pytest.approx(expected_kl, abs=1e-6)
     assert loss.item() == pytest.approx(7.2 / 5 + 0.1 * expected_kl, abs=1e-6)
     assert torch.allclose(kl_penalty(D, torch.zeros_like(D), estimator)[0, 0], torch.tensor(per_token(0.1)))
+
+
+def test_micro_token_mean_is_the_mean_of_the_micro_batches_token_means():
+    per_token = torch.tensor([[1.0, 2.0, 0.0], [3.0, 0.0, 0.0], [4.0, 5.0, 6.0], [7.0, 0.0, 0.0]])
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0], [1, 1, 1], [1, 0, 0]])
+    parts = [aggregate(per_token[i:i + 2], mask[i:i + 2], "micro-token-mean", micro_batches=2) for i in (0, 2)]
+    assert sum(parts).item() == pytest.approx(((1 + 2 + 3) / 3 + (4 + 5 + 6 + 7) / 4) / 2)
+    assert aggregate(per_token, mask, "token-mean").item() == pytest.approx(28 / 7)  # (not the same weighting)
 
 
 def test_aggregate_rejects_unknown():

@@ -159,3 +159,110 @@ def test_perturbed_contexts_given_are_used():
             mix_perturbed(clean, perturbed, useless, 0)
     kept, dropped = drop_long_contexts([{"messages": "ab"}, {"messages": "abcdef"}], len, 4)
     assert kept == [{"messages": "ab"}] and dropped == 1
+
+
+def test_the_frozen_reference_keeps_the_policys_buffers(tiny_model_dir):
+    # Parameters in the compute dtype, buffers (the rotary inv_freq, float32) exactly as the policy's.
+    import train
+    from cobalt_min.generation import load_model
+    _, policy = load_model(tiny_model_dir, dtype=torch.float32, trainable=True)
+    ref = train.frozen(policy, torch.bfloat16)
+    buffers = dict(policy.named_buffers())
+    assert buffers and any(b.is_floating_point() for b in buffers.values())
+    for name, b in ref.named_buffers():
+        assert b.dtype == buffers[name].dtype and torch.equal(b, buffers[name]), name
+    assert all(p.dtype == torch.bfloat16 and not p.requires_grad for p in ref.parameters())
+    assert all(p.dtype == torch.float32 and p.requires_grad for p in policy.parameters())  # untouched
+
+
+def test_kl_to_the_reference_is_exactly_zero_before_the_first_update(tiny_model_dir, tmp_path):
+    # Step 1 with one mini-batch: the policy has not moved, so under bf16 compute its KL to the reference
+    # (the same weights) must be exactly 0.
+    ctx = write_contexts(tmp_path / "ctx.jsonl", short=True)
+    proc = train(tmp_path / "run", tiny_model_dir, ctx, "--batch-size", "4", "--group-size", "4", "--max-new-tokens",
+                 "8", "--mini-batches", "1", "--kl-coef", "0.01", "--max-steps", "1", "--mixed-precision", "bf16",
+                 "--sanity-reward-tokens", target_tokens(tiny_model_dir), "--save-every", "100")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [m] = metrics(tmp_path / "run")
+    assert m["kl"] == 0.0, m
+    # The final policy is saved in the compute dtype (bf16 here), and loads.
+    from safetensors.torch import load_file
+    weights = load_file(str(tmp_path / "run" / "final" / "model.safetensors"))
+    assert {w.dtype for w in weights.values()} == {torch.bfloat16}
+
+
+def test_an_optimizer_step_with_a_non_finite_gradient_is_skipped():
+    # One NaN in a gradient would make every weight NaN for good: the step is skipped, the gradients cleared,
+    # the weights and the optimizer's state untouched; a finite gradient steps as usual.
+    import train
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+    before = [p.detach().clone() for p in model.parameters()]
+    model(torch.ones(1, 3)).sum().backward()
+    model.weight.grad[0, 0] = float("nan")
+    assert train.optimizer_step(model, opt, 1.0) is None
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert all(p.grad is None for p in model.parameters()) and not opt.state
+    model(torch.ones(1, 3)).sum().backward()
+    norm = train.optimizer_step(model, opt, 1.0)
+    assert norm is not None and norm > 0 and not torch.equal(before[0], model.weight)
+
+
+def test_a_run_stops_after_too_many_non_finite_steps_in_a_row(tiny_model_dir, tmp_path):
+    # A learning rate of 1e30 makes the first update's weights huge and the later gradients NaN.
+    ctx = write_contexts(tmp_path / "ctx.jsonl", short=True)
+    proc = train(tmp_path / "run", tiny_model_dir, ctx, *SANITY, "--sanity-reward-tokens", target_tokens(tiny_model_dir),
+                 "--lr", "1e30", "--epochs", "10", "--max-steps", "8", "--max-nonfinite-steps", "2", "--save-every", "100")
+    assert proc.returncode != 0 and "optimizer steps in a row had a non-finite gradient norm" in proc.stderr, \
+        proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr[-3000:]
+    rows = metrics(tmp_path / "run") if (tmp_path / "run" / "metrics.jsonl").exists() else []
+    assert all(m["rank_spread_s"] == 0.0 for m in rows)  # (one rank: no spread)
+
+
+def test_micro_batches_by_tokens_keep_a_contexts_rows_together():
+    import types
+    import train
+    from cobalt_min.logprobs import pack_groups
+    prompts = [[5] * 10, [6] * 3, [7] * 50]
+    lengths = [5, 5, 5, 2, 2, 4, 4, 4]  # contexts 0, 0, 0, 1, 1, 2, 2, 2
+    seq = pack_groups(prompts, [[9] * n for n in lengths], [0, 0, 0, 1, 1, 2, 2, 2], pad_id=0)
+
+    class OneRank:
+        device = torch.device("cpu")
+
+        def __init__(self, counts=None):
+            self.counts = counts
+
+        def gather(self, t):
+            return torch.tensor(self.counts) if self.counts else t
+
+    args = types.SimpleNamespace(micro_batch_tokens=30, micro_batch_size=4)
+    plan = [p.tolist() for p in train.micro_batches(seq, torch.arange(8), args, OneRank())]
+    # context 0 (10 + 15 tokens) fits; context 1 (3 + 4) does not fit beside it; context 2 (50 + 12) is over
+    # the budget alone: its rows one by one, each with the prompt.
+    assert plan == [[0, 1, 2], [3, 4], [5], [6], [7]], plan
+    # Another rank has 7: this one halves its largest micro-batches until it has 7 too.
+    plan = [p.tolist() for p in train.micro_batches(seq, torch.arange(8), args, OneRank([5, 7]))]
+    assert len(plan) == 7 and sorted(r for p in plan for r in p) == list(range(8)), plan
+    args.micro_batch_tokens = None
+    assert [p.tolist() for p in train.micro_batches(seq, torch.arange(8), args, OneRank())] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+
+def test_micro_batches_by_tokens_train_as_micro_batches_of_one_row(tiny_model_dir, tmp_path):
+    # The accumulated gradient is the mini-batch's whatever the micro-batches: the same run with micro-batches
+    # of one row and with whole contexts up to 40 tokens computes the same losses, KL and gradient norms.
+    ctx = write_contexts(tmp_path / "ctx.jsonl", short=True)
+    runs = {}
+    for name, flags in (("rows", ["--micro-batch-size", "1"]), ("tokens", ["--micro-batch-tokens", "40"])):
+        proc = train(tmp_path / name, tiny_model_dir, ctx, "--batch-size", "4", "--group-size", "4",
+                     "--max-new-tokens", "8", "--mini-batches", "2", "--kl-coef", "0.01", "--lr", "1e-3",
+                     "--max-steps", "3", "--epochs", "3", "--sanity-reward-tokens", target_tokens(tiny_model_dir),
+                     "--save-every", "100", *flags)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        runs[name] = metrics(tmp_path / name)
+    for a, b in zip(runs["rows"], runs["tokens"]):
+        assert a["reward_mean"] == b["reward_mean"]
+        for key in ("loss", "kl", "grad_norm"):
+            assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-7), (key, a[key], b[key])
