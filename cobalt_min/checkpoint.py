@@ -7,6 +7,9 @@ or in one process, and any number of ranks can read it back. Plus train_state.js
 Nothing else is needed to continue exactly: the data order of a step is a function of the step number
 (train.epoch_order), every random draw of a step comes from a generator seeded by (seed, step), and
 the learning rate is constant. The frozen reference policy is not saved: it is the initial model.
+
+A checkpoint becomes a model folder (evaluate.py --model FOLDER) in one process, without the ranks:
+    python -m cobalt_min.checkpoint export runs/train/checkpoints/step_20 --model BASE_MODEL --out runs/step_20
 """
 
 import contextlib
@@ -19,7 +22,7 @@ import torch
 
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_state_dict,
-                                                     set_state_dict)
+                                                     set_model_state_dict, set_state_dict)
 
 
 @contextlib.contextmanager
@@ -91,3 +94,42 @@ def save_final_policy(accelerator, model, tokenizer, folder: Path, dtype: torch.
                                                if k.removeprefix("lm.") not in tied})
         tokenizer.save_pretrained(folder)
     accelerator.wait_for_everyone()
+
+
+def export(checkpoint: Path, base_model: str, out: Path, dtype: str = "bfloat16") -> None:
+    """A checkpoint's policy as a plain Hugging Face folder, in one process: the base model (train.py's
+    --model: the architecture and the tokenizer) with the checkpoint's weights (whichever number of ranks
+    wrote it), saved in `dtype`."""
+    from cobalt_min.generation import load_model
+    from cobalt_min.logprobs import LogprobModel
+    if not (Path(checkpoint) / ".metadata").exists():
+        raise SystemExit(f"error: {checkpoint} is not a train.py checkpoint (no .metadata file)")
+    tokenizer, lm = load_model(base_model, dtype=torch.float32, trainable=True)
+    model = LogprobModel(lm)
+    state = {"model": get_model_state_dict(model)}
+    with one_process_is_expected():
+        dcp.load(state, checkpoint_id=str(checkpoint))  # (the policy's part only; the optimizer stays on disk)
+    set_model_state_dict(model, state["model"])
+    lm.to(getattr(torch, dtype))
+    lm.config.use_cache = True
+    lm.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+
+
+def main(argv=None):
+    import argparse
+    ap = argparse.ArgumentParser(prog="python -m cobalt_min.checkpoint",
+                                 description="Turn a train.py checkpoint into a model folder evaluate.py can load.")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    e = sub.add_parser("export", help="a checkpoint's policy as a Hugging Face folder")
+    e.add_argument("checkpoint", help="a checkpoint folder, e.g. runs/train/checkpoints/step_20")
+    e.add_argument("--model", required=True, help="the base model train.py started from (its --model)")
+    e.add_argument("--out", required=True, help="the folder to write")
+    e.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"], help="default bfloat16")
+    args = ap.parse_args(argv)
+    export(Path(args.checkpoint), args.model, Path(args.out), args.dtype)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -106,12 +106,13 @@ def distinct(parser: argparse.ArgumentParser, **paths) -> None:
 
 
 @contextlib.contextmanager
-def interrupt_message(kept: str, again: str):
-    """Ctrl-C: one line saying what is kept and the command that continues, exit status 130."""
+def interrupt_message(kept, again: str):
+    """Ctrl-C: one line saying what is kept (a str, or a function returning one, asked at that moment) and
+    the command that continues, exit status 130."""
     try:
         yield
     except KeyboardInterrupt:
-        print(f"\ninterrupted: {kept}; continue with: {again}", file=sys.stderr)
+        print(f"\ninterrupted: {kept() if callable(kept) else kept}; continue with: {again}", file=sys.stderr)
         sys.exit(130)
 
 
@@ -137,7 +138,41 @@ def record_settings(out, args, keys: tuple, resume: bool) -> None:
             raise SystemExit(f"error: {out} holds a run with other settings ({'; '.join(diff)}): resume it with its "
                              "own settings, or choose another --out")
         return
-    path.write_text(json.dumps(now, indent=1))
+    path.write_text(json.dumps({**now, "_provenance": provenance(args, keys)}, indent=1))
+
+
+def provenance(args, keys: tuple) -> dict:
+    """What a run cannot be repeated without, beside its flags (kept in settings.json, not compared on
+    --resume): the code's git commit, the versions of the packages it runs on, and a hash of every local
+    file a setting names (a problem or context file edited later would otherwise go unnoticed)."""
+    import hashlib
+    import importlib.metadata
+    import platform
+    import subprocess
+    root = Path(__file__).resolve().parent.parent
+    try:
+        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=10).stdout.strip() or None
+        dirty = bool(subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                                    capture_output=True, text=True, timeout=10).stdout.strip()) if commit else None
+    except (OSError, subprocess.SubprocessError):
+        commit = dirty = None
+    versions = {"python": platform.python_version()}
+    for name in ("torch", "transformers", "accelerate", "numpy", "vllm"):
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    inputs = {}
+    for k in keys:
+        value = getattr(args, k)
+        if isinstance(value, str) and Path(value).is_file():
+            digest = hashlib.sha256()
+            with open(value, "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    digest.update(block)
+            inputs[value] = "sha256:" + digest.hexdigest()
+    return {"git_commit": commit, "uncommitted_changes": dirty, "versions": versions, "input_files": inputs}
 
 
 class _Renamed(argparse.Action):
@@ -157,6 +192,30 @@ def stop_after_code_flag(group) -> None:
                             "code fills the token limit); default: until EOS or --max-new-tokens")
 
 
+def problem_flags(group, *, required: bool, what: str = "the problems") -> None:
+    """--problems and what chooses among them, the same flags in every script that reads problems."""
+    group.add_argument("--problems", type=source, required=required, default=None,
+                       help=f"{what}: 'demo', a file/folder, or a hub dataset id")
+    group.add_argument("--problem-split", default=None, help="split of the problem source (e.g. test)")
+    group.add_argument("--lcb-version", default="v6",
+                       help="LiveCodeBench release, from the hub or a downloaded folder: v6 (the problems added in "
+                            "release 6: the paper's 175) or release_v6 (all up to 6) (default v6)")
+    group.add_argument("--start-date", default=None, help="LiveCodeBench: problems from this contest date on "
+                       "(YYYY-MM-DD; the paper's v6 window: 2025-01-01 to 2025-04-30)")
+    group.add_argument("--end-date", default=None, help="LiveCodeBench: problems up to this contest date (YYYY-MM-DD)")
+    group.add_argument("--limit", type=count, default=None, help="the first K problems only")
+
+
+PROBLEM_SETTINGS = ("problems", "problem_split", "lcb_version", "start_date", "end_date", "limit")
+
+
+def problems_of(args, **kw) -> list:
+    """The problems the flags of problem_flags ask for."""
+    from cobalt_min.problems import load_problems
+    return load_problems(args.problems, split=args.problem_split, limit=args.limit, version=args.lcb_version,
+                         start_date=args.start_date, end_date=args.end_date, **kw)
+
+
 def grader_flags(group) -> None:
     """--grader and --timeout, the same flags in every script that runs programs (graders.py)."""
     from cobalt_min import graders
@@ -171,6 +230,42 @@ def grader_of(args):
     """The graders.Grader the flags of grader_flags ask for."""
     from cobalt_min import graders
     return graders.get(args.grader, args.timeout)
+
+
+TRACKERS = ("none", "tensorboard", "wandb")
+
+
+def tracker_flag(group, tags: str) -> None:
+    """--log-with, the same flag in collect.py, evaluate.py and train.py."""
+    group.add_argument("--log-with", default="none", choices=TRACKERS,
+                       help=f"a tracker that also gets this run's figures (its package must be installed: pip install "
+                            f"tensorboard / wandb; tensorboard writes under --out; tags {tags}; default none)")
+
+
+def check_tracker(name: str) -> None:
+    """Stop before any work when --log-with names a tracker whose package is not installed."""
+    import importlib.util
+    if name != "none" and importlib.util.find_spec(name) is None:
+        raise SystemExit(f"error: --log-with {name} needs the {name} package: pip install {name}")
+
+
+def tracker_config(args) -> dict:
+    """The flags as a tracker's run configuration (trackers take numbers, strings and booleans)."""
+    return {k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in vars(args).items()
+            if v is not None and not k.startswith("_")}
+
+
+def log_to_tracker(args, rows: dict) -> None:
+    """Send a finished collection's or evaluation's figures to the --log-with tracker: rows maps a step (a
+    turn) to {tag: value}. (train.py logs each step as it goes, through its own Accelerator.)"""
+    if args.log_with == "none":
+        return
+    from accelerate import Accelerator
+    accelerator = Accelerator(log_with=args.log_with, project_dir=args.out, cpu=True)
+    accelerator.init_trackers("cobalt-min", config=tracker_config(args))
+    for step, values in sorted(rows.items()):
+        accelerator.log({k: v for k, v in values.items() if isinstance(v, (int, float))}, step=step)
+    accelerator.end_training()
 
 
 def renamed(parser, old: str, message: str) -> None:

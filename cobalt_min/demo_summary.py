@@ -5,8 +5,8 @@ time went (each step of demo.sh; train.py's phases).
     python -m cobalt_min.demo_summary demo_out
 """
 
+import argparse
 import json
-import sys
 from pathlib import Path
 
 from cobalt_min.jsonl import read_jsonl
@@ -118,7 +118,9 @@ def demo_summary(out) -> str:
     if summaries:
         lines += runs_table(summaries)
         plot_pass_at_1({k: s["pass@1"] for k, s in summaries.items()}, out / "pass_at_1_demo.png",
-                       title="Held-out Pass@1, before and after COBALT")
+                       title="Held-out Pass@1, before and after COBALT",
+                       errors={k: s["pass@1_se"] for k, s in summaries.items() if "pass@1_se" in s},
+                       note=f"{next(iter(summaries.values()))['problems']} problems; bars: s.e. over problems")
     records = {k: read_jsonl(runs[k] / "trajectories.jsonl") for k in ("before", "after")
                if (runs[k] / "trajectories.jsonl").exists()}
     result = {}
@@ -166,10 +168,16 @@ def demo_summary(out) -> str:
     return "\n".join(lines)
 
 
-if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        raise SystemExit("usage: python -m cobalt_min.demo_summary DEMO_OUT_DIR")
-    if not (Path(sys.argv[1]) / "eval_before" / "summary.json").exists():
-        raise SystemExit(f"error: {sys.argv[1]} is not a demo's output folder (no eval_before/summary.json): this "
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m cobalt_min.demo_summary",
+                                 description="Print the closing summary of a demo.sh run (demo.sh prints it itself).")
+    ap.add_argument("demo_out", help="the demo's output folder (DEMO_OUT, default demo_out)")
+    args = ap.parse_args(argv)
+    if not (Path(args.demo_out) / "eval_before" / "summary.json").exists():
+        raise SystemExit(f"error: {args.demo_out} is not a demo's output folder (no eval_before/summary.json): this "
                          "summarises what demo.sh wrote; python -m cobalt_min.report makes a page of any runs")
-    print(demo_summary(sys.argv[1]))
+    print(demo_summary(args.demo_out))
+
+
+if __name__ == "__main__":
+    main()

@@ -16,6 +16,8 @@ import dataclasses
 import importlib.util
 import inspect
 import os
+import socket
+import urllib.parse
 from pathlib import Path
 
 import torch
@@ -37,18 +39,48 @@ def gguf_location(path: str, gguf_file: str | None):
     return path, gguf_file
 
 
+def hub_options(path: str) -> dict:
+    """from_pretrained's options for `path`. A name that is not here is a hub id; when the hub cannot be
+    reached (one connection try, 5 s), it is read from the local hub cache alone (local_files_only)
+    rather than after a minute of retries that end in a network error."""
+    if Path(path).expanduser().exists() or os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0"):
+        return {}
+    if any(os.environ.get(name) for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return {}  # through a proxy: a direct connection says nothing
+    from huggingface_hub import constants
+    url = urllib.parse.urlparse(constants.ENDPOINT)
+    try:
+        socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), 5).close()
+        return {}
+    except OSError:
+        return {"local_files_only": True}
+
+
+def load_error(path: str, options: dict, error: Exception) -> str:
+    """The message for a model or tokenizer that did not load."""
+    if options.get("local_files_only"):
+        return (f"{path} is neither a file or folder here nor in the hub cache, and the Hugging Face hub cannot "
+                "be reached from this machine (a mistyped local path?)")
+    return f"{error}"
+
+
 def load_model(path: str, *, gguf_file: str | None = None, dtype="auto", device=None, trainable: bool = False):
     """Load (tokenizer, model). A GGUF checkpoint is de-quantized; with trainable=True it is also
     rebuilt as a plain model (transformers marks GGUF models as quantized: they cannot be trained or
     saved with save_pretrained)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    if (Path(path) / "train_state.json").exists() and (Path(path) / ".metadata").exists():
+        raise SystemExit(f"error: {path} is a training checkpoint (each rank's shard), not a model folder: export it "
+                         f"with `python -m cobalt_min.checkpoint export {path} --model BASE_MODEL --out FOLDER` "
+                         "(BASE_MODEL: train.py's --model), then use FOLDER")
     folder, gguf_file = gguf_location(path, gguf_file)
     kw = {"gguf_file": gguf_file} if gguf_file else {}
+    options = hub_options(folder)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(folder, **kw)
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, **kw)
+        tokenizer = AutoTokenizer.from_pretrained(folder, **kw, **options)
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, **kw, **options)
     except (OSError, ValueError) as e:
-        raise SystemExit(f"error: could not load model {path}: {e}") from None
+        raise SystemExit(f"error: could not load model {path}: {load_error(path, options, e)}") from None
     if gguf_file and trainable:
         model = dequantized_copy(model)
     if tokenizer.pad_token is None:
@@ -178,6 +210,28 @@ def _common_prefix_length(token_lists: list[list[int]]) -> int:
     return n
 
 
+_NOTED: list = []
+
+
+def dynamic_layer_class():
+    """transformers' DynamicLayer, if this version has it with what roomy_cache and the shared prefill use
+    (lazy_initialization, is_initialized, is_sliding); else None, said once: the plain path is taken (the
+    same tokens, a little slower)."""
+    try:
+        from transformers.cache_utils import DynamicLayer
+        layer = DynamicLayer()
+        if all(hasattr(layer, name) for name in ("lazy_initialization", "update", "is_initialized", "is_sliding")):
+            return DynamicLayer
+    except (ImportError, TypeError):
+        pass
+    if not _NOTED:
+        _NOTED.append(True)
+        import transformers
+        print(f"note: transformers {transformers.__version__} has no DynamicLayer as generation.roomy_cache expects: "
+              "the plain cache and prefill are used (the same tokens)", flush=True)
+    return None
+
+
 def roomy_cache(config, extra_tokens: int):
     """A transformers DynamicCache whose layers keep room for `extra_tokens` more tokens after the first
     update (the prompt): a decode step then writes its keys and values in place. DynamicCache itself
@@ -185,7 +239,9 @@ def roomy_cache(config, extra_tokens: int):
     CPU that copy costs about a third of the step. Same tensors, same results. Layers of other kinds
     (sliding windows) stay as they are."""
     from transformers import DynamicCache
-    from transformers.cache_utils import DynamicLayer
+    DynamicLayer = dynamic_layer_class()
+    if DynamicLayer is None:
+        return DynamicCache(config=config)
 
     class RoomyLayer(DynamicLayer):
         def update(self, key_states, value_states, *args, **kwargs):
@@ -331,7 +387,7 @@ class HFEngine:
         of similar length, so that little padding is computed; (3) the pieces are put in place, the
         padding of each row sitting between the shared prefix and its own tokens (attention masks it,
         positions skip it)."""
-        from transformers.cache_utils import DynamicLayer
+        DynamicLayer = dynamic_layer_class()
         lengths = [len(p) for p in prompts]
         shared = _common_prefix_length(prompts) if len(prompts) > 1 else 0
         shared = min(shared, min(lengths) - 1)  # every prompt keeps a token of its own: its logits
@@ -343,7 +399,8 @@ class HFEngine:
         mask = mask.to(self.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (U, W): real tokens count from 0
         cache = roomy_cache(self.model.config, extra_tokens)
-        if not all(isinstance(layer, DynamicLayer) and not layer.is_sliding for layer in cache.layers):
+        if DynamicLayer is None or not all(isinstance(layer, DynamicLayer) and not layer.is_sliding
+                                           for layer in getattr(cache, "layers", [None])):
             return self._prefill_left_padded(prompts, mask, positions, cache)  # (sliding windows: all at once)
         prefix = self._prefix_kv(prompts[0][:shared]) if shared else None  # (1)
         logits, keys, values = self._groups_kv(prompts, lengths, shared, width, mask, positions, prefix)  # (2)

@@ -60,7 +60,8 @@ def summarize(problem_records: list[dict], n_turns: int) -> dict:
                            for tr in r["samples"]) / len(r["samples"]) for r in problem_records]
         mean_rate.append(100 * sum(per_problem) / len(per_problem) if per_problem else 0.0)
     return {"problems": len(problem_records), "samples": n, "turns": n_turns,
-            "pass@1": p1, "mean_test_pass_rate": mean_rate, "change_points": [x - p1[0] for x in p1] if p1 else [],
+            "pass@1": p1, "pass@1_se": pass1_se_per_turn(problem_records, n_turns), "mean_test_pass_rate": mean_rate,
+            "change_points": [x - p1[0] for x in p1] if p1 else [],
             "change_relative_pct": [100 * (x - p1[0]) / p1[0] if p1 and p1[0] > 0 else None for x in p1],
             "pass@k_turn0": pass_k}
 
@@ -104,8 +105,11 @@ def pass1_se_per_turn(problem_records: list[dict], n_turns: int) -> list[float]:
     return [standard_error(vals) if len(vals) > 1 else 0.0 for vals in per_turn]
 
 
-def plot_pass_at_1(curves: dict, path, title: str = "Pass@1 per turn") -> bool:
-    """Plot one or more Pass@1 curves ({label: [values]}) to a PNG; False (with a message) without matplotlib."""
+def plot_pass_at_1(curves: dict, path, title: str = "Pass@1 per turn", errors: dict | None = None,
+                   note: str = "") -> bool:
+    """Plot one or more Pass@1 curves ({label: [values per turn]}) to a PNG, with error bars (errors: {label:
+    [standard errors]}) where given, integer turns on the x axis, 0-100 % on the y axis, `note` (e.g. the
+    number of problems and samples) under the title; False (with a message) without matplotlib."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -115,13 +119,18 @@ def plot_pass_at_1(curves: dict, path, title: str = "Pass@1 per turn") -> bool:
         return False
     fig, ax = plt.subplots(figsize=(5, 3.5))
     for label, values in curves.items():
-        ax.plot(range(len(values)), values, marker="o", label=label)
+        err = (errors or {}).get(label)
+        ax.errorbar(range(len(values)), values, yerr=err, marker="o", capsize=3, label=label)
+    turns = max((len(v) for v in curves.values()), default=1)
+    ax.set_xticks(range(turns))
+    ax.set_xlim(-0.3, turns - 0.7)
+    ax.set_ylim(0, 100)
     ax.set_xlabel("turn")
     ax.set_ylabel("Pass@1 (%)")
-    ax.set_title(title)
+    ax.set_title(title + (f"\n{note}" if note else ""), fontsize=10)
     ax.grid(alpha=0.3)
     if len(curves) > 1:
-        ax.legend()
+        ax.legend(fontsize=8, loc="best")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

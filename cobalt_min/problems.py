@@ -15,6 +15,7 @@ import argparse
 import base64
 import collections
 import dataclasses
+import hashlib
 import io
 import json
 import pickle
@@ -143,7 +144,11 @@ def _from_taco(row: dict, where: str, public_count: int = PUBLIC_TESTS) -> Probl
         except ValueError:
             solutions = []
     public, hidden = split_tests(tests, min(public_count, len(tests["inputs"]) - 1))
-    return Problem(id=str(row.get("id") or where), question=row["question"], public_tests=public, hidden_tests=hidden,
+    # BAAI/TACO rows have no id: one made from the problem itself, the same however its file was named or reached
+    # (a path as typed would make data/taco.jsonl:1 and /abs/.../taco.jsonl:1 two problems).
+    content = json.dumps([row["question"], row["input_output"]], sort_keys=True).encode()
+    problem_id = str(row.get("id") or "taco-" + hashlib.sha1(content).hexdigest()[:16])
+    return Problem(id=problem_id, question=row["question"], public_tests=public, hidden_tests=hidden,
                    starter_code=row.get("starter_code") or "", fn_name=fn_name,
                    difficulty=str(row.get("difficulty") or ""), source=f"taco/{source}" if source else "taco",
                    solutions=[s for s in solutions if isinstance(s, str)])
@@ -204,7 +209,9 @@ def decode_lcb_tests(blob: str) -> list:
         raise BadRecord(f"undecodable private tests ({type(e).__name__})") from None
 
 
-_EXAMPLES = re.compile(r"^\s*(Example\s*1|Sample Input\s*1)", re.MULTILINE)
+# LeetCode's "Example 1:" starts a line; AtCoder's and Codeforces' "Sample Input 1" may follow the statement on
+# the same line (LiveCodeBench's record 1873_A: "...otherwise.Sample Input 1:").
+_EXAMPLES = re.compile(r"^[ \t]*Example\s*1\b|Sample Input\s*1\b", re.MULTILINE)
 
 
 def cut_examples(text: str) -> str:
@@ -244,7 +251,10 @@ def _from_lcb(row: dict, where: str) -> Problem:
         except ValueError:
             raise BadRecord("metadata is not JSON") from None
     public_cases = row.get("public_test_cases") or "[]"
-    public_cases = json.loads(public_cases) if isinstance(public_cases, str) else public_cases
+    try:
+        public_cases = json.loads(public_cases) if isinstance(public_cases, str) else public_cases
+    except ValueError:
+        raise BadRecord("public_test_cases is not JSON (cut short?)") from None
     private = row.get("private_test_cases")
     if not private:
         raise BadRecord("missing tests")
@@ -353,9 +363,12 @@ def _files(path: Path, split: str | None) -> list[Path]:
     return files
 
 
-def parse_rows(rows, format: str | None = None, *, public_count: int = PUBLIC_TESTS, skipped=None) -> list[Problem]:
-    """Rows (where, dict) -> Problems, counting skipped records by reason in `skipped`."""
+def parse_rows(rows, format: str | None = None, *, public_count: int = PUBLIC_TESTS, skipped=None,
+               first_skipped: dict | None = None) -> list[Problem]:
+    """Rows (where, dict) -> Problems, counting skipped records by reason in `skipped` and keeping where
+    the first of each reason was (file:line) in `first_skipped`."""
     skipped = collections.Counter() if skipped is None else skipped
+    first_skipped = {} if first_skipped is None else first_skipped
     out = []
     for where, row in rows:
         try:
@@ -366,16 +379,18 @@ def parse_rows(rows, format: str | None = None, *, public_count: int = PUBLIC_TE
             p = parser(row, where, public_count) if fmt in ("taco", "taco-cobalt") else parser(row, where)
         except BadRecord as e:
             skipped[str(e)] += 1
+            first_skipped.setdefault(str(e), where)
             continue
         out.append(p)
     return out
 
 
-def print_summary(source, problems, skipped) -> None:
-    """Print (to stderr) what was loaded and what was skipped, by reason."""
+def print_summary(source, problems, skipped, first_skipped: dict | None = None) -> None:
+    """Print (to stderr) what was loaded and what was skipped, by reason, with the first such record."""
     print(f"loaded {len(problems)} problems from {source}", file=sys.stderr)
     for reason, n in skipped.most_common():
-        print(f"  skipped {n}: {reason}", file=sys.stderr)
+        where = (first_skipped or {}).get(reason)
+        print(f"  skipped {n}: {reason}" + (f" (first: {where})" if where else ""), file=sys.stderr)
 
 
 # ----------------------------------------------------------------------------- hub
@@ -434,6 +449,12 @@ def load_problems(source, *, format: str | None = None, split: str | None = None
     path = DATA_DIR / "demo.jsonl" if source == "demo" else Path(source)
     if path.exists():
         files = _files(path, split)
+        if version is not None and path.is_dir() and any(f.name in LCB_FILES for f in files):
+            # a downloaded copy of LiveCodeBench: the release asked for, as from the hub
+            names = _lcb_files(version)
+            files = [f for f in files if f.name in names]
+            if not files:
+                raise SystemExit(f"error: {path} holds none of LiveCodeBench's files for {version} ({', '.join(names)})")
     elif isinstance(source, str) and re.fullmatch(r"[\w.-]+/[\w.-]+", source) and not source.startswith("."):
         files = _hub_files(source, split, version)
         format = format or HUB_SETS.get(source)
@@ -442,19 +463,20 @@ def load_problems(source, *, format: str | None = None, split: str | None = None
     if not files:
         raise SystemExit(f"error: no {'/'.join(SUFFIXES)} files in {path}" + (f" for split {split}" if split else ""))
     skipped: collections.Counter = collections.Counter()
+    first_skipped: dict = {}
     problems: list[Problem] = []
     for f in files:
         rows = _read_file(f)
         if start_date or end_date:
             rows = ((w, r) for w, r in rows if _in_dates(r, start_date, end_date))
-        problems += parse_rows(rows, format, public_count=public_count, skipped=skipped)
+        problems += parse_rows(rows, format, public_count=public_count, skipped=skipped, first_skipped=first_skipped)
         if limit is not None and len(problems) >= limit:
             problems = problems[:limit]
             break
     if verbose:
-        print_summary(source, problems, skipped)
+        print_summary(source, problems, skipped, first_skipped)
     if not problems:
-        reasons = "; ".join(f"{n} {r}" for r, n in skipped.most_common(3)) or "no records"
+        reasons = "; ".join(f"{n} {r} (first: {first_skipped[r]})" for r, n in skipped.most_common(3)) or "no records"
         raise SystemExit(f"error: no usable problem in {source} ({reasons})")
     return problems
 
@@ -554,7 +576,7 @@ def cmd_split(args):
 
 def cmd_show(args):
     """Load any source and print how many problems of each kind it holds."""
-    probs = load_problems(args.source, format=args.format, split=args.problem_split, version=args.version)
+    probs = load_problems(args.source, format=args.format, split=args.problem_split, version=args.lcb_version)
     kinds = collections.Counter("call-based" if p.fn_name else "stdin/stdout" for p in probs)
     print(json.dumps({"problems": len(probs), **kinds}))
 
@@ -604,7 +626,7 @@ def main(argv=None):
     s.add_argument("--format", default=None, choices=sorted(PARSERS))
     s.add_argument("--problem-split", default=None, help="split of the source to read")
     renamed(s, "--split", "is now --problem-split, as in every script")
-    s.add_argument("--version", default=None, help="LiveCodeBench version, e.g. v6")
+    s.add_argument("--lcb-version", default=None, help="LiveCodeBench release, e.g. v6 (as in evaluate.py)")
     sp = sub.add_parser("split", help="split a problem set into two files (e.g. training and held-out)")
     sp.add_argument("source")
     sp.add_argument("--heldout", type=count, required=True, help="problems in the held-out part (at least 1)")

@@ -85,7 +85,10 @@ def line_chart(series: dict, *, title: str, xlabel: str, ylabel: str, y_range: t
     points = [p for v in series.values() for p in v]
     if not points:
         return f'<div class="chart empty">{html.escape(title)}: no data</div>'
-    left, right, top, bottom = 52, 12, 26, 40
+    # The legend sits under the axis label, one row per line, never over the lines.
+    legend_rows = len(series) if len(series) > 1 else 0
+    height += 14 * legend_rows
+    left, right, top, bottom = 52, 12, 26, 40 + 14 * legend_rows
     xs, ys = [p[0] for p in points], [p[1] for p in points]
     x0, x1 = min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1
     y0, y1 = y_range or (min(ys), max(ys))
@@ -109,7 +112,7 @@ def line_chart(series: dict, *, title: str, xlabel: str, ylabel: str, y_range: t
                    f'<text x="{left - 4}" y="{sy(y) + 4:.1f}" text-anchor="end">{y:.3g}</text>')
     for x in sorted(set(xs)) if len(set(xs)) <= 12 else [x for x in _ticks(x0, x1) if x0 <= x <= x1]:
         out.append(f'<text x="{sx(x):.1f}" y="{height - bottom + 14}" text-anchor="middle">{x:.4g}</text>')
-    out.append(f'<text x="{width / 2}" y="{height - 6}" text-anchor="middle">{html.escape(xlabel)}</text>'
+    out.append(f'<text x="{width / 2}" y="{height - 6 - 14 * legend_rows}" text-anchor="middle">{html.escape(xlabel)}</text>'
                f'<text transform="translate(12,{height / 2}) rotate(-90)" text-anchor="middle">{html.escape(ylabel)}</text>')
     for k, (label, pts) in enumerate(series.items()):
         color = COLORS[k % len(COLORS)]
@@ -122,8 +125,10 @@ def line_chart(series: dict, *, title: str, xlabel: str, ylabel: str, y_range: t
         for x, y in pts if len(pts) <= 60 else []:
             out.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3" fill="{color}">'
                        f'<title>{html.escape(label)}: {x:g}, {y:.4g}</title></circle>')
-        out.append(f'<rect x="{left + 8}" y="{top + 4 + 14 * k}" width="10" height="3" fill="{color}"/>'
-                   f'<text x="{left + 22}" y="{top + 9 + 14 * k}" class="legend">{html.escape(label)}</text>')
+        if legend_rows:
+            row = height - 4 - 14 * (legend_rows - 1 - k)
+            out.append(f'<rect x="{left + 8}" y="{row - 5}" width="10" height="3" fill="{color}"/>'
+                       f'<text x="{left + 22}" y="{row}" class="legend">{html.escape(label)}</text>')
     out.append("</svg>")
     return "".join(out)
 
@@ -258,12 +263,17 @@ def train_section(name: str, path: Path) -> str:
     """Curves of a train.py run's metrics.jsonl: reward, pass rate, KL, clip fractions, response length,
     and the time of each phase per step."""
     steps = read_jsonl(path / "metrics.jsonl")
+    settings = json.loads((path / "settings.json").read_text()) if (path / "settings.json").exists() else {}
     charts = []
     for title, ylabel, keys, y_range in TRAIN_CHARTS:
+        if keys == ["kl"] and (settings.get("kl_coef") == 0 or all(not m.get("kl") for m in steps)):
+            charts.append(f'<div class="chart empty">{html.escape(title)}: none (no reference policy: --kl-coef 0)</div>')
+            continue
         series = {k: [(m["step"], m.get(k)) for m in steps] for k in keys if any(k in m for m in steps)}
         if series:
             charts.append(line_chart(series, title=title, xlabel="step", ylabel=ylabel, y_range=y_range))
-    phases = [k for k in steps[-1] if k.endswith("_s") and not k.endswith("_per_s") and k != "step_s"] if steps else []
+    phases = [k for k in steps[-1] if k.endswith("_s") and not k.endswith("_per_s") and k not in ("step_s", "rank_spread_s")
+              and k != "batch_s"] if steps else []
     charts.append(line_chart({k[:-2]: [(m["step"], m.get(k)) for m in steps] for k in phases},
                              title="Time per phase (s)", xlabel="step", ylabel="seconds"))
     last = steps[-1] if steps else {}

@@ -41,3 +41,15 @@ def drop_model_weights(folder):
         shutil.rmtree(checkpoints)
     for weights in list(Path(folder).rglob("*.safetensors")):
         weights.unlink()
+
+
+def tensorboard_scalars(folder) -> dict:
+    """{tag: {step: value}} from the TensorBoard event files a --log-with tensorboard run wrote under folder."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    scalars = {}
+    for events in Path(folder).rglob("events.out.tfevents.*"):
+        acc = EventAccumulator(str(events.parent))
+        acc.Reload()
+        for tag in acc.Tags()["scalars"]:
+            scalars.setdefault(tag, {}).update({e.step: e.value for e in acc.Scalars(tag)})
+    return scalars

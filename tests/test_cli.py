@@ -99,8 +99,9 @@ def test_a_resume_with_other_settings_is_refused(capsys, tmp_path):
     args = evaluate.parse_args(["--model", "m", "--problems", "demo", "--out", str(out), "--samples", "4"])
     (out / "settings.json").write_text(json.dumps({k: getattr(args, k) for k in evaluate.SETTINGS}))
     code, err = run_main("evaluate", ["--model", "m", "--problems", "demo", "--out", str(out), "--samples", "2",
-                                      "--turns", "3", "--resume"], capsys)
+                                      "--turns", "3", "--batch-problems", "4", "--resume"], capsys)
     assert "--samples 4 there, 2 now" in str(code) and "--turns 9 there, 3 now" in str(code)
+    assert "--batch-problems 8 there, 4 now" in str(code)  # (seeds follow the batches' positions)
 
 
 def test_other_stages_files_and_non_demo_folders(capsys, tmp_path, monkeypatch):
@@ -134,7 +135,7 @@ def test_renamed_flags_leave_no_trace_in_the_settings(capsys):
 
 @pytest.mark.parametrize("module, function, argv, kept", [
     ("evaluate", "evaluate", EVAL + ["--problems", "demo"], "every finished batch of --batch-problems problems"),
-    ("train", "train", TRAIN, "the run keeps its last checkpoint in --out/checkpoints"),
+    ("train", "train", TRAIN, "no checkpoint was written yet (the first comes after --save-every steps)"),
     ("collect", "collect", COLLECT + ["--problems", "very easy.jsonl"], "every finished problem is in --out's raw.jsonl"),
 ])
 def test_ctrl_c_says_what_was_kept_and_how_to_continue(module, function, argv, kept, capsys, tmp_path, monkeypatch):
@@ -156,3 +157,51 @@ def test_ctrl_c_says_what_was_kept_and_how_to_continue(module, function, argv, k
     assert command.startswith(f"python {script} ") and command.endswith(" --resume")
     if module == "collect":
         assert "'very easy.jsonl'" in command  # quoted for a shell
+    if module == "train":  # once a checkpoint exists, the message names its step
+        out = tmp_path / TRAIN[TRAIN.index("--out") + 1] / "checkpoints" / "step_20"
+        out.mkdir(parents=True)
+        (out / "train_state.json").write_text("{}")
+        with pytest.raises(SystemExit):
+            mod.main(argv)
+        assert "interrupted: the run keeps its checkpoint of step 20 in" in capsys.readouterr().err
+
+
+def test_a_tracker_that_is_not_installed_is_refused_before_training(capsys, tmp_path, monkeypatch):
+    # (was: the run trained to the end and logged nothing, one warning buried in its log)
+    import importlib.util
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "c.jsonl").write_text("")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "tensorboard" else real(name, *a))
+    code, err = run_main("train", TRAIN + ["--log-with", "tensorboard", "--sanity-reward-tokens", "1"], capsys)
+    assert "--log-with tensorboard needs the tensorboard package: pip install tensorboard" in str(code)
+    import train
+    assert train.parse_args(TRAIN + ["--log-with", "none"]).log_with == "none"  # as --help shows it
+
+
+def test_augmenting_trajectories_of_other_problems_is_refused(capsys, tmp_path, monkeypatch):
+    # Trajectories whose problems are not in --problems (another file, another spelling of an id) would perturb
+    # nothing: an error naming the first id, not an empty output and exit 0.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "raw.jsonl").write_text(json.dumps({"problem_id": "taco-0000", "samples": []}) + "\n")
+    code, err = run_main("perturb", ["augment", "--trajectories", "raw.jsonl", "--problems", "demo",
+                                     "--out", "out.jsonl"], capsys)
+    assert "no problem of raw.jsonl is in demo (first id: 'taco-0000')" in str(code), (code, err)
+    assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_a_runs_settings_record_its_code_versions_and_inputs(tmp_path):
+    # Beside the flags a --resume must match: the commit, the package versions and a hash of each input file.
+    import hashlib
+    import types
+    from cobalt_min import cli
+    problems = tmp_path / "p.jsonl"
+    problems.write_text('{"x": 1}\n')
+    args = types.SimpleNamespace(problems=str(problems), samples=4)
+    cli.record_settings(tmp_path, args, ("problems", "samples"), resume=False)
+    saved = json.loads((tmp_path / "settings.json").read_text())
+    assert saved["problems"] == str(problems) and saved["samples"] == 4
+    run = saved["_provenance"]
+    assert len(run["git_commit"] or "") == 40 and "torch" in run["versions"] and "transformers" in run["versions"]
+    assert run["input_files"] == {str(problems): "sha256:" + hashlib.sha256(b'{"x": 1}\n').hexdigest()}
+    cli.record_settings(tmp_path, args, ("problems", "samples"), resume=True)  # the record is not a setting

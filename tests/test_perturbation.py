@@ -14,6 +14,7 @@ from cobalt_min import perturbation as PT
 from cobalt_min import prompts as PR
 from cobalt_min.problems import load_problems
 from cobalt_min.rollout import rollout
+from conftest import tensorboard_scalars
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -216,9 +217,12 @@ def test_perturbed_problem_set_and_analyze(tmp_path):
 def test_evaluate_perturbed_then_analyze(tiny_model_dir, tmp_path):
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "evaluate.py"), "--model", tiny_model_dir, "--problems",
                            "demo", "--limit", "2", "--turns", "2", "--samples", "2", "--max-new-tokens", "8",
-                           "--engine", "hf", "--perturbed", "--out", str(tmp_path)], capture_output=True, text=True,
-                          cwd=ROOT, timeout=300)
+                           "--engine", "hf", "--perturbed", "--out", str(tmp_path), "--log-with", "tensorboard"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    logged = tensorboard_scalars(tmp_path)  # one step per turn
+    assert logged["eval_perturbed/pass@1"] == pytest.approx(dict(enumerate(summary["pass@1"])))
     records = [json.loads(x) for x in (tmp_path / "trajectories.jsonl").read_text().splitlines()]
     assert all(r["perturbed"]["indices"] == [0, 1] for r in records)
     first_user = records[0]["samples"][0]["turns"][0]["feedback"]

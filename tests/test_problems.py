@@ -130,6 +130,19 @@ def test_taco_json_rows(tmp_path):
     check_taco(probs, skipped)
     (tmp_path / "taco.json").write_text(json.dumps(TACO_ROWS))
     assert len(P.load_problems(tmp_path / "taco.json", verbose=False)) == 2
+    # Ids come from the problems, not from how the file was named: the same rows read through another path
+    # (relative, absolute, another file name) are the same problems.
+    import os
+    (tmp_path / "copy").mkdir()
+    (tmp_path / "copy" / "other.jsonl").write_text(path.read_text())
+    here = os.getcwd()
+    try:
+        os.chdir(tmp_path)
+        ids = [[p.id for p in P.load_problems(source, verbose=False)]
+               for source in ("taco.jsonl", str(path), "./copy/../taco.jsonl", "copy/other.jsonl")]
+    finally:
+        os.chdir(here)
+    assert ids[0] == ids[1] == ids[2] == ids[3] and all(i.startswith("taco-") for i in ids[0]) and len(set(ids[0])) == 2
 
 
 # ----------------------------------------------------------------------------- TACO-Cobalt
@@ -221,7 +234,7 @@ def test_clear_errors(tmp_path):
         P.load_problems(bad)
     useless = tmp_path / "useless.jsonl"
     useless.write_text(json.dumps(taco_row(0, input_output="")) + "\n")
-    with pytest.raises(SystemExit, match=r"no usable problem in .*useless.jsonl \(1 missing tests\)"):
+    with pytest.raises(SystemExit, match=r"no usable problem in .*useless.jsonl \(1 missing tests \(first: .*useless.jsonl:1\)\)"):
         P.load_problems(useless, verbose=False)
     with pytest.raises(SystemExit, match="neither an existing file"):
         P.load_problems(tmp_path / "nope.jsonl")
@@ -301,3 +314,44 @@ def test_split_by_difficulty_is_disjoint_and_complete(tmp_path, capsys):
     with pytest.raises(SystemExit, match="no problem of difficulty 'nope' in demo"):
         P.main(["split", "demo", "--difficulty", "nope", "--heldout", "1", "--train-out", str(train),
                 "--heldout-out", str(held)])
+
+
+def test_worked_examples_are_cut_wherever_they_start():
+    # LeetCode starts a line with "Example 1:"; Codeforces' and AtCoder's samples may follow the statement on
+    # the same line (the layout of LiveCodeBench's record 1873_A); "example 1" inside prose stays.
+    from cobalt_min.problems import cut_examples
+    leetcode = "Return the sum.\n \nExample 1:\n\nInput: nums = [1]\nOutput: 1\n"
+    assert cut_examples(leetcode) == "Return the sum."
+    codeforces = ("Output \"YES\" if it is possible, and \"NO\" otherwise.Sample Input 1:\n6\nabc\n\n"
+                  "Sample Output 1:\n\nYES\n")
+    assert cut_examples(codeforces) == "Output \"YES\" if it is possible, and \"NO\" otherwise."
+    atcoder = "Print the answer.\n\nSample Input 1\n\n3\n\nSample Output 1\n\n6\n"
+    assert cut_examples(atcoder) == "Print the answer."
+    prose = "As the example 1 shows, print it.\nConstraints\n1 <= N"
+    assert cut_examples(prose) == prose
+
+
+def test_a_local_livecodebench_folder_loads_the_release_asked_for(tmp_path):
+    # A downloaded copy of code_generation_lite (test.jsonl ... test6.jsonl): --lcb-version v6 is test6.jsonl
+    # only (the paper's 175), release_v2 the first two files, as from the hub.
+    stdin_row = lcb_rows()[0]
+    for k, name in enumerate(P.LCB_FILES):
+        (tmp_path / name).write_text(json.dumps(dict(stdin_row, question_id=f"q{k}")) + "\n")
+    assert [p.id for p in P.load_problems(tmp_path, version="v6", verbose=False)] == ["q5"]
+    assert [p.id for p in P.load_problems(tmp_path, version="release_v2", verbose=False)] == ["q0", "q1"]
+    assert len(P.load_problems(tmp_path, verbose=False)) == 6  # no version: every file
+    (tmp_path / "test6.jsonl").unlink()
+    with pytest.raises(SystemExit, match="none of LiveCodeBench's files for v6"):
+        P.load_problems(tmp_path, version="v6", verbose=False)
+
+
+def test_skipped_records_are_named_and_a_cut_record_is_skipped_not_a_crash(tmp_path, capsys):
+    good, cut = lcb_rows()[0], dict(lcb_rows()[0], question_id="cut")
+    cut["public_test_cases"] = cut["public_test_cases"][:20]  # a file cut short mid-record
+    path = tmp_path / "test6.jsonl"
+    path.write_text(json.dumps(good) + "\n" + json.dumps(cut) + "\n" + json.dumps({"title": "?"}) + "\n")
+    probs = P.load_problems(path)
+    assert [p.id for p in probs] == ["abc001_a"]
+    err = capsys.readouterr().err
+    assert f"skipped 1: public_test_cases is not JSON (cut short?) (first: {path}:2)" in err, err
+    assert f"(first: {path}:3)" in err and "unknown record format" in err

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from cobalt_min.problems import load_problems
+from conftest import tensorboard_scalars
 from cobalt_min.prompts import first_turn_messages
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -89,9 +90,12 @@ def test_cobalt_reward_path_and_final_model(tiny_model_dir, tmp_path):
     val = write_contexts(tmp_path / "val.jsonl", load_problems("demo", limit=2, verbose=False))
     proc = train(tmp_path / "run", tiny_model_dir, ctx, "--batch-size", "2", "--group-size", "2",
                  "--max-new-tokens", "8", "--max-steps", "2", "--micro-batch-size", "2", "--val-contexts", str(val),
-                 "--val-every", "1")
+                 "--val-every", "1", "--log-with", "tensorboard")
     assert proc.returncode == 0, proc.stderr[-3000:]
     ms = metrics(tmp_path / "run")
+    logged = tensorboard_scalars(tmp_path / "run")  # the same numbers, grouped by kind
+    assert logged["train/reward_mean"] == {1: ms[0]["reward_mean"], 2: ms[1]["reward_mean"]}
+    assert "val/reward" in logged and "time/generate_s" in logged
     for key in ["reward_mean", "reward_std", "pass_rate", "zero_std_groups", "clip_frac_high", "clip_frac_low",
                 "clip_frac_dual", "kl", "ratio", "grad_norm", "response_len", "truncated", "generate_s", "execute_s",
                 "update_s", "gen_tokens_per_s", "train_tokens_per_s", "val_reward"]:
@@ -266,3 +270,35 @@ def test_micro_batches_by_tokens_train_as_micro_batches_of_one_row(tiny_model_di
         assert a["reward_mean"] == b["reward_mean"]
         for key in ("loss", "kl", "grad_norm"):
             assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-7), (key, a[key], b[key])
+
+
+def test_a_step_without_any_learning_signal_says_so(tiny_model_dir, tmp_path):
+    # A reward no sample can earn (a token id past the vocabulary): every group's rewards are equal.
+    ctx = write_contexts(tmp_path / "ctx.jsonl", short=True)
+    proc = train(tmp_path / "run", tiny_model_dir, ctx, "--batch-size", "2", "--group-size", "2", "--max-new-tokens",
+                 "4", "--max-steps", "1", "--sanity-reward-tokens", "999999", "--save-every", "100")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "step 1: every group's rewards are equal, so every advantage is 0" in proc.stderr
+
+
+def test_a_checkpoint_exports_to_a_model_folder_evaluate_can_load(tiny_model_dir, tmp_path):
+    # A checkpoint is each rank's shard: `python -m cobalt_min.checkpoint export` makes it a model folder (the
+    # last checkpoint of a run equals its final/); given to a loader as it is, it is refused with the command.
+    from safetensors.torch import load_file
+    from cobalt_min.generation import load_model
+    ctx = write_contexts(tmp_path / "ctx.jsonl", short=True)
+    proc = train(tmp_path / "run", tiny_model_dir, ctx, "--batch-size", "2", "--group-size", "2", "--max-new-tokens", "4",
+                 "--max-steps", "2", "--save-every", "2", "--lr", "1e-2", "--sanity-reward-tokens", target_tokens(tiny_model_dir))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    step = tmp_path / "run" / "checkpoints" / "step_2"
+    with pytest.raises(SystemExit, match=r"is a training checkpoint .*`python -m cobalt_min.checkpoint export"):
+        load_model(str(step))
+    out = tmp_path / "exported"
+    proc = subprocess.run([sys.executable, "-m", "cobalt_min.checkpoint", "export", str(step), "--model", tiny_model_dir,
+                           "--out", str(out), "--dtype", "float32"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    final, exported = load_file(str(tmp_path / "run" / "final" / "model.safetensors")), load_file(str(out / "model.safetensors"))
+    start = load_file(f"{tiny_model_dir}/model.safetensors")
+    assert final.keys() == exported.keys() and all(torch.equal(final[k], exported[k]) for k in final)
+    assert any(not torch.equal(start[k], exported[k]) for k in start)
+    load_model(str(out))  # a model folder

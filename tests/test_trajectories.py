@@ -13,6 +13,7 @@ import pytest
 
 from cobalt_min import prompts as PR
 from cobalt_min.trajectories import build_contexts, cut_contexts, max_variance_downsample, select_trajectories
+from conftest import tensorboard_scalars
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PASSED = PR.FEEDBACK_HEADER.format(feedback=PR.ALL_PUBLIC_PASSED)
@@ -128,11 +129,14 @@ def test_collect_end_to_end_resume_and_process_only(tiny_model_dir, tmp_path):
     assert all({"problem_id", "messages", "prev_best", "turn", "tests"} <= c.keys() for c in contexts)
     # --process-only, with a budget so small that only first-turn contexts fit.
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "collect.py"), "--process-only", "--out", str(tmp_path),
-                           "--tokenizer", tiny_model_dir, "--prompt-budget", "10"], capture_output=True, text=True,
-                          cwd=ROOT, timeout=120)
+                           "--tokenizer", tiny_model_dir, "--prompt-budget", "10", "--log-with", "tensorboard"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     stats = json.loads((tmp_path / "stats.json").read_text())
     assert set(stats["contexts_per_turn"]) <= {"0"}
+    logged = tensorboard_scalars(tmp_path)
+    assert logged["collect/contexts"] == {0: stats["contexts"], 1: 0}
+    assert set(logged["collect/reference_pass@1"]) == {0, 1}
 
 
 def test_collect_errors(tmp_path):
