@@ -687,7 +687,8 @@ def run_grader_fault(canary_dir):
 
 # A grader judging two programs that never finish, stopped by a signal while they run.
 GRADER_STOPPED = r"""
-import sys
+import signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)  # (started from a background job, SIGINT is ignored)
 sys.path.insert(0, sys.argv[1])
 from cobalt_min import sandbox
 forever = ("while True:\n    pass\n", {"inputs": ["\n"] * 4, "outputs": ["\n"] * 4})
