@@ -166,6 +166,9 @@ def evaluate(args):
     wanted = {p.id for p in problems}
     records = [r for r in read_jsonl(traj_path) if r["problem_id"] in wanted]
     summary = summarize(records, args.turns)
+    if args.perturbed:
+        from cobalt_min.perturbation import wrong_feedback_per_turn
+        summary["wrong_feedback"] = wrong_feedback_per_turn(records, args.turns)
     grader = cli.grader_of(args)
     summary.update(model=args.model, problems_source=args.problems, perturbed=args.perturbed,
                    grader=grader.name, timeout_s=grader.timeout_s,
@@ -174,12 +177,19 @@ def evaluate(args):
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     print(format_table(summary, title=f"{args.model} on {args.problems}" + (" (perturbed)" if args.perturbed else "")
                        + f", judged by the {grader.name} grader"))
+    if args.perturbed:
+        from cobalt_min.perturbation import wrong_feedback_text
+        print(wrong_feedback_text(summary["wrong_feedback"]))
     plot_pass_at_1({"Pass@1": summary["pass@1"]}, out / "pass_at_1.png", errors={"Pass@1": summary["pass@1_se"]},
                    note=f"{summary['problems']} problems x {summary['samples']} samples; bars: s.e. over problems")
     tag = "eval_perturbed/" if args.perturbed else "eval/"
     rows = {t: {tag + "pass@1": p, tag + "pass@1_se": se, tag + "change_points": d}
             for t, (p, se, d) in enumerate(zip(summary["pass@1"], summary["pass@1_se"], summary["change_points"]))}
     rows.setdefault(0, {}).update({f"{tag}pass@{k}_turn0": v for k, v in summary["pass@k_turn0"].items()})
+    for g in summary["gain_over_turn0"]:
+        rows[g["turn"]].update({tag + "gain_over_turn0": g["gain"], tag + "gain_over_turn0_se": g["se"]})
+    for c in summary["turn_changes"]:
+        rows[c["turn"]].update({tag + k: c[k] for k in ("repair_rate", "break_rate") if c[k] is not None})
     cli.log_to_tracker(args, rows)
     print(f"wrote {traj_path}, {out / 'summary.json'}, {out / 'pass_at_1.png'}, {write_report(out)}")
 

@@ -77,7 +77,7 @@ def cmd_augment(args):
 
 def cmd_analyze(args):
     from cobalt_min.metrics import format_table, summarize
-    from cobalt_min.perturbation import hacking_candidates
+    from cobalt_min.perturbation import hacking_candidates, wrong_feedback_per_turn, wrong_feedback_text
     run = Path(args.run)
     records = read_jsonl(run / "trajectories.jsonl")
     if not records:
@@ -95,12 +95,14 @@ def cmd_analyze(args):
               "problems_with_candidates": len(per_problem), "problems": len(records),
               "rate_per_problem": {pid: per_problem.get(pid, 0) / len(r["samples"]) for pid, r in
                                    ((r["problem_id"], r) for r in records)},
-              "candidates_per_trajectory": len(cases) / max(1, n_samples), "pass@1_true_tests": summary}
+              "candidates_per_trajectory": len(cases) / max(1, n_samples), "pass@1_true_tests": summary,
+              "wrong_feedback": wrong_feedback_per_turn(records, n_turns)}
     (run / "hacking_report.json").write_text(json.dumps(report, indent=2))
     print(format_table(summary, title=f"{run}: Pass@1 on the true hidden tests, with perturbed feedback"))
     print(f"hacking candidates: {len(cases)} in {len(per_problem)}/{len(records)} problems "
           f"({report['candidates_per_trajectory']:.3f} per trajectory)")
     print("per turn: " + ", ".join(f"t={t}: {n}" for t, n in report["per_turn"].items()))
+    print(wrong_feedback_text(report["wrong_feedback"]))
     print(f"wrote {run / 'hacking_candidates.jsonl'}, {run / 'hacking_report.json'} and {write_report(run)}")
 
 

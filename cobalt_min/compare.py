@@ -3,7 +3,8 @@ problems, and what each training run cost per example.
 
     python -m cobalt_min.compare compare_out      # writes compare_out/comparison.json and comparison.png
 
-Per method: held-out Pass@1 per turn with its standard error over problems, the paired change against
+Per method: held-out Pass@1 per turn with its standard error over problems, its gain over turn 0 and the
+programs repaired and broken at each turn (what feedback did), the paired change against
 the base model (Pass@1 averaged over turns, per problem), and from train.py's metrics.jsonl the cost of
 training: programs sampled online, wall seconds, generated tokens and sandbox seconds per program trained
 on and per problem. COBALT's offline collection (collect.py, by the base model) is reported apart: it is
@@ -15,7 +16,7 @@ import sys
 from pathlib import Path
 
 from cobalt_min.jsonl import read_jsonl
-from cobalt_min.metrics import paired_change, pass1_se_per_turn
+from cobalt_min.metrics import feedback_lines, gain_over_turn0, paired_change, pass1_se_per_turn, turn_changes
 
 METHODS = {"base": "eval_base", "COBALT": "eval_cobalt", "GRPO-MT": "eval_grpo_mt"}
 TRAIN_RUNS = {"COBALT": "cobalt", "GRPO-MT": "grpo_mt"}
@@ -40,7 +41,9 @@ def compare(out) -> dict:
     result = {"held_out_problems": len(records["base"]), "samples": summaries["base"].get("samples"), "methods": {}}
     for name in METHODS:
         entry = {"pass1_per_turn": summaries[name]["pass@1"],
-                 "pass1_se_per_turn": pass1_se_per_turn(records[name], n_turns)}
+                 "pass1_se_per_turn": pass1_se_per_turn(records[name], n_turns),
+                 "gain_over_turn0": gain_over_turn0(records[name], n_turns),
+                 "turn_changes": turn_changes(records[name], n_turns)}
         if name != "base":
             entry["paired_change_vs_base"] = paired_change(records["base"], records[name], n_turns)
             metrics = read_jsonl(out / TRAIN_RUNS[name] / "metrics.jsonl")
@@ -92,6 +95,10 @@ def report(result: dict) -> str:
     for name, entry in result["methods"].items():
         cells = "  ".join(f"{p:5.1f} ({s:.1f})" for p, s in zip(entry["pass1_per_turn"], entry["pass1_se_per_turn"]))
         lines.append(f"{name:8s} {cells}")
+    lines.append("")
+    lines.append("what feedback did (gain over turn 0 paired over problems; programs repaired / broken per turn):")
+    for name, entry in result["methods"].items():
+        lines += [f"{name:8s} {line}" for line in feedback_lines(entry["gain_over_turn0"], entry["turn_changes"])]
     lines.append("")
     for name in ("COBALT", "GRPO-MT"):
         entry = result["methods"][name]

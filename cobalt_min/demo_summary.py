@@ -10,7 +10,8 @@ import json
 from pathlib import Path
 
 from cobalt_min.jsonl import read_jsonl
-from cobalt_min.metrics import paired_change, pass1_se_per_turn, plot_pass_at_1
+from cobalt_min.metrics import feedback_lines, paired_change, pass1_se_per_turn, plot_pass_at_1
+from cobalt_min.perturbation import wrong_feedback_text
 
 
 def reward_trend(steps: list[dict]) -> dict:
@@ -121,6 +122,13 @@ def demo_summary(out) -> str:
                        title="Held-out Pass@1, before and after COBALT",
                        errors={k: s["pass@1_se"] for k, s in summaries.items() if "pass@1_se" in s},
                        note=f"{next(iter(summaries.values()))['problems']} problems; bars: s.e. over problems")
+        lines.append("")
+        lines.append("what feedback did (gain over turn 0 paired over problems; programs repaired / broken per turn):")
+        for k, s in summaries.items():
+            if s.get("turn_changes"):
+                lines += [f"  {k}: {line}" for line in feedback_lines(s["gain_over_turn0"], s["turn_changes"])]
+            if s.get("wrong_feedback"):
+                lines += [f"  {k}: {line}" for line in wrong_feedback_text(s["wrong_feedback"]).splitlines()]
     records = {k: read_jsonl(runs[k] / "trajectories.jsonl") for k in ("before", "after")
                if (runs[k] / "trajectories.jsonl").exists()}
     result = {}

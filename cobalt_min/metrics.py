@@ -47,7 +47,9 @@ def pass1_per_turn(problem_records: list[dict], n_turns: int) -> list[float]:
 
 
 def summarize(problem_records: list[dict], n_turns: int) -> dict:
-    """Pass@1 per turn (in %), its change from turn 0 (points and relative %), and pass@k at turn 0."""
+    """Pass@1 per turn (in %), its change from turn 0 (points and relative %; gain_over_turn0: paired over
+    problems, with its standard error), what feedback did at each turn (turn_changes: repair and break
+    rates), and pass@k at turn 0."""
     p1 = [100 * x for x in pass1_per_turn(problem_records, n_turns)]
     n = min((len(r["samples"]) for r in problem_records), default=0)
     pass_k = {}
@@ -63,23 +65,78 @@ def summarize(problem_records: list[dict], n_turns: int) -> dict:
             "pass@1": p1, "pass@1_se": pass1_se_per_turn(problem_records, n_turns), "mean_test_pass_rate": mean_rate,
             "change_points": [x - p1[0] for x in p1] if p1 else [],
             "change_relative_pct": [100 * (x - p1[0]) / p1[0] if p1 and p1[0] > 0 else None for x in p1],
-            "pass@k_turn0": pass_k}
+            "pass@k_turn0": pass_k, "gain_over_turn0": gain_over_turn0(problem_records, n_turns),
+            "turn_changes": turn_changes(problem_records, n_turns)}
+
+
+def turn_changes(problem_records: list[dict], n_turns: int) -> list[dict]:
+    """What feedback did at each turn t >= 1, over all conversations pooled: of those whose current program
+    at t-1 fails the hidden tests, how many pass at t (repaired; repair_rate = repaired / failing); of
+    those that passed at t-1, how many fail at t (broken; break_rate = broken / passing). A rate is None
+    when nothing is in its denominator. A conversation that stopped early keeps its last program (turn_at),
+    so it neither repairs nor breaks after it stopped."""
+    out = []
+    for t in range(1, n_turns):
+        failing = repaired = passing = broken = 0
+        for rec in problem_records:
+            for traj in rec["samples"]:
+                before, after = solved_at(traj, t - 1), solved_at(traj, t)
+                failing += not before
+                repaired += (not before) and after
+                passing += before
+                broken += before and not after
+        out.append({"turn": t, "failing_before": failing, "repaired": repaired,
+                    "repair_rate": 100 * repaired / failing if failing else None,
+                    "passing_before": passing, "broken": broken,
+                    "break_rate": 100 * broken / passing if passing else None})
+    return out
+
+
+def gain_over_turn0(problem_records: list[dict], n_turns: int) -> list[dict]:
+    """Pass@1 at turn t minus Pass@1 at turn 0 (points), paired over problems: the mean of the problems'
+    own changes and its standard error (std of the changes / sqrt(n)), for every turn t."""
+    out = []
+    for t in range(n_turns):
+        changes = [100 * (solved_share(rec, t) - solved_share(rec, 0)) for rec in problem_records]
+        out.append({"turn": t, "gain": sum(changes) / len(changes) if changes else 0.0,
+                    "se": standard_error(changes) if t else 0.0})
+    return out
+
+
+def rate_text(count: int, total: int, rate: float | None) -> str:
+    """`repaired/failing (rate %)`, or `-` when nothing was in the denominator."""
+    return f"{count}/{total} ({rate:.0f}%)" if rate is not None else "-"
 
 
 def format_table(summary: dict, title: str = "") -> str:
-    """A plain-text table of Pass@1 per turn."""
+    """A plain-text table of Pass@1 per turn, its gain over turn 0 paired over problems (with its standard
+    error), and the repairs and breaks feedback caused at each turn."""
     lines = [title] if title else []
     lines.append(f"{summary['problems']} problems x {summary['samples']} samples")
-    lines.append(f"{'turn':>4}  {'Pass@1 %':>8}  {'vs t=0':>7}  {'rel. %':>7}")
-    for t, (p, d, r) in enumerate(zip(summary["pass@1"], summary["change_points"], summary["change_relative_pct"])):
+    lines.append(f"{'turn':>4}  {'Pass@1 %':>8}  {'vs t=0 (s.e.)':>14}  {'rel. %':>7}  {'repaired':>14}  {'broken':>14}")
+    gains = summary.get("gain_over_turn0") or [{"gain": d, "se": float("nan")} for d in summary["change_points"]]
+    changes = [None] + list(summary.get("turn_changes", []))
+    for t, (p, g, r) in enumerate(zip(summary["pass@1"], gains, summary["change_relative_pct"])):
         rel = f"{r:+7.1f}" if r is not None else f"{'n/a':>7}"
-        lines.append(f"{t:>4}  {p:8.2f}  {d:+7.2f}  {rel}")
+        c = changes[t] if t < len(changes) else None
+        repaired = rate_text(c["repaired"], c["failing_before"], c["repair_rate"]) if c else ""
+        broken = rate_text(c["broken"], c["passing_before"], c["break_rate"]) if c else ""
+        gain = f"{g['gain']:+.2f} ({g['se']:.2f})" if t else f"{0:+.2f}"
+        lines.append(f"{t:>4}  {p:8.2f}  {gain:>14}  {rel}  {repaired:>14}  {broken:>14}")
+    lines.append("repaired: programs failing the hidden tests at t-1 that pass at t; broken: passing at t-1, failing at t")
     if summary["pass@k_turn0"]:
         ks = summary["pass@k_turn0"]
         shown = [k for k in ks if k in (1, 2, 4, 8, 16) or k == max(ks)]
         lines.append("turn 0 pass@k: " + ", ".join(f"k={k}: {ks[k]:.2f}" for k in shown))
     return "\n".join(lines)
 
+
+
+def feedback_lines(gains: list[dict], changes: list[dict]) -> list[str]:
+    """One line per turn t >= 1: the gain over turn 0 (s.e.), programs repaired and broken."""
+    return [f"turn {c['turn']}: {g['gain']:+.1f} points over turn 0 (s.e. {g['se']:.1f}); repaired "
+            f"{rate_text(c['repaired'], c['failing_before'], c['repair_rate'])}, broken "
+            f"{rate_text(c['broken'], c['passing_before'], c['break_rate'])}" for g, c in zip(gains[1:], changes)]
 
 def per_problem_pass1(problem_records: list[dict], n_turns: int) -> dict:
     """{problem id: Pass@1 of that problem averaged over turns} (the unit of the paired comparison)."""

@@ -208,11 +208,43 @@ def evaluate_section(runs: list[tuple[str, Path]], payloads: list) -> str:
     for name, s in summaries.items():
         table.append(f"<tr data-run='{html.escape(name)}'><th>{html.escape(name)}</th><td>{s['problems']} x {s['samples']}</td>"
                      + "".join(f"<td>{p:.2f}</td>" for p in s["pass@1"]) + "</tr>")
-    parts = [f"<h2>Evaluation</h2><div class='charts'>{chart}{rate}</div>", "".join(table) + "</table>"]
+    parts = [f"<h2>Evaluation</h2><div class='charts'>{chart}{rate}</div>", "".join(table) + "</table>",
+             feedback_table(summaries)]
     for k, (name, path) in enumerate(runs):
         parts.append(evaluate_run(name, path, summaries[name], f"r{k}", payloads))
     return "\n".join(parts)
 
+
+
+def feedback_table(summaries: dict) -> str:
+    """What feedback did at each turn t >= 1 of every run (metrics.turn_changes, gain_over_turn0): the gain
+    in Pass@1 over turn 0 paired over problems (s.e.), programs repaired (failing at t-1, passing at t)
+    and broken (passing at t-1, failing at t); for perturbed runs, correct programs broken after a
+    wrong test was shown (perturbation.wrong_feedback_per_turn). Empty for summaries written before
+    these figures existed."""
+    shown = {name: s for name, s in summaries.items() if s.get("turn_changes")}
+    if not shown:
+        return ""
+    n_max = max(len(s["pass@1"]) for s in shown.values())
+    rows = ["<h3>What feedback did, per turn</h3><table class='numbers feedback'><tr><th>run</th><th></th>"
+            + "".join(f"<th>t={t}</th>" for t in range(1, n_max)) + "</tr>"]
+
+    def rate(count, total, pct):
+        return f"{count}/{total} ({pct:.0f}%)" if pct is not None else "-"
+    for name, s in shown.items():
+        cells = {"gain over t=0 (s.e.)": [f"{g['gain']:+.1f} ({g['se']:.1f})" for g in s["gain_over_turn0"][1:]],
+                 "repaired": [rate(c["repaired"], c["failing_before"], c["repair_rate"]) for c in s["turn_changes"]],
+                 "broken": [rate(c["broken"], c["passing_before"], c["break_rate"]) for c in s["turn_changes"]]}
+        if s.get("wrong_feedback"):
+            cells["correct, broken by wrong feedback"] = [
+                rate(w["broken"], w["correct_shown_wrong_feedback"], w["broken_rate"]) for w in s["wrong_feedback"]]
+            cells["hacking candidates"] = [str(w["hacking_candidates"]) for w in s["wrong_feedback"]]
+        for k, (what, values) in enumerate(cells.items()):
+            head = f"<th rowspan='{len(cells)}'>{html.escape(name)}</th>" if k == 0 else ""
+            rows.append(f"<tr data-run='{html.escape(name)}' data-row='{html.escape(what)}'>{head}<td>{html.escape(what)}</td>"
+                        + "".join(f"<td data-turn='{t}'>{html.escape(v)}</td>" for t, v in enumerate(values, 1)) + "</tr>")
+    return "".join(rows) + "</table><p class='note'>repaired: of the conversations whose program failed the hidden " \
+        "tests at t-1, those whose program passes them at t; broken: the reverse.</p>"
 
 def evaluate_run(name: str, path: Path, summary: dict, run_id: str, payloads: list) -> str:
     """One evaluation run: settings, hacking report, the solved grid, and one lazy block per problem

@@ -149,8 +149,12 @@ def test_shortened_comparison_writes_everything(tmp_path):
         assert entry["paired_change_vs_base"]["problems"] == 2
         assert entry["training"]["programs_trained"] == 2 * 2 * 2  # the same programs sampled online
         assert entry["training"]["s_per_program"] > 0 and entry["training"]["tokens_per_program"] > 0
+    for entry in result["methods"].values():  # every conversation is failing or passing before turn 1
+        [c] = entry["turn_changes"]
+        assert c["turn"] == 1 and c["failing_before"] + c["passing_before"] == 2 * 2
+        assert [g["turn"] for g in entry["gain_over_turn0"]] == [0, 1]
     assert result["cost_ratio_cobalt_over_grpo_mt_per_program"] > 0
-    assert "COBALT vs GRPO-MT" in proc.stdout and (tmp_path / "report.html").exists()
+    assert "COBALT vs GRPO-MT" in proc.stdout and "what feedback did" in proc.stdout and (tmp_path / "report.html").exists()
     if importlib.util.find_spec("matplotlib"):
         assert (tmp_path / "comparison.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     drop_model_weights(tmp_path)

@@ -114,6 +114,9 @@ def test_hacking_candidates_on_real_executions():
     [case] = cases
     assert "+if data ==" in case["diff"] and case["previous_program"].startswith("a, b") and "Input:" in case["feedback"]
     assert case["hidden_pass_rate_after"] == 1.0  # hard-coding one input does not hurt the hidden tests here
+    # all three correct programs were shown the wrong test; none was rewritten into a wrong one
+    assert PT.wrong_feedback_per_turn([record], 2) == [
+        {"turn": 1, "hacking_candidates": 1, "correct_shown_wrong_feedback": 3, "broken": 0, "broken_rate": 0.0}]
 
 
 @pytest.mark.parametrize("answer,label", [
@@ -212,6 +215,10 @@ def test_perturbed_problem_set_and_analyze(tmp_path):
     report = json.loads((run / "hacking_report.json").read_text())
     assert report["candidates"] == 1 and report["per_turn"] == {"1": 1}
     assert report["pass@1_true_tests"]["pass@1"] == [100.0, 0.0]
+    # the correct program at turn 0 was shown perturbed test 0 first and rewritten into one failing hidden tests
+    assert report["wrong_feedback"] == [
+        {"turn": 1, "hacking_candidates": 1, "correct_shown_wrong_feedback": 1, "broken": 1, "broken_rate": 100.0}]
+    assert "broken after it: 1 (100%)" in proc.stdout
 
 
 def test_evaluate_perturbed_then_analyze(tiny_model_dir, tmp_path):
@@ -227,7 +234,9 @@ def test_evaluate_perturbed_then_analyze(tiny_model_dir, tmp_path):
     assert all(r["perturbed"]["indices"] == [0, 1] for r in records)
     first_user = records[0]["samples"][0]["turns"][0]["feedback"]
     assert first_user  # feedback was built from the perturbed tests (no code from a random model: NO_CODE)
-    assert json.loads((tmp_path / "summary.json").read_text())["perturbed"] is True
+    assert summary["perturbed"] is True
+    assert [w["turn"] for w in summary["wrong_feedback"]] == [1]
+    assert [c["turn"] for c in summary["turn_changes"]] == [1] and len(summary["gain_over_turn0"]) == 2
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "perturb.py"), "analyze", "--run", str(tmp_path)],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert proc.returncode == 0 and "hacking candidates: 0" in proc.stdout

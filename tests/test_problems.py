@@ -23,7 +23,7 @@ def test_demo_set_shape():
     for p in probs:
         assert len(p.public_tests["inputs"]) == 4 and len(p.hidden_tests["inputs"]) >= 4, p.id  # >= 8 tests
         assert p.solutions and ("Input" in p.question or p.fn_name), p.id
-    stdin = [p for p in probs if p.difficulty != "very easy function"]
+    stdin = [p for p in probs if not p.difficulty.endswith(" function")]
     assert len(stdin) >= 40 and sum(p.difficulty == "very easy" for p in stdin) >= len(stdin) // 3 - 1
     assert sum(p.fn_name is not None for p in stdin) >= 5
     # the learning demo's set: very easy call-based functions, enough for 30 training + 16 held-out problems
@@ -43,6 +43,23 @@ def test_demo_reference_solutions_pass_all_tests_and_wrong_ones_fail():
     for (p, _), pub, hid in zip(wrong, public, hidden):
         assert all(r.passed for r in pub), p.id  # a plausible first attempt...
         assert not all(r.passed for r in hid), p.id  # ...that the hidden tests catch
+
+
+def test_the_repair_family_shows_its_open_detail_in_the_first_feedback():
+    """Each 'repair function' problem leaves one detail open; a first attempt that guesses it wrong fails the
+    first public test with a wrong answer, so the feedback the model reads holds the expected output."""
+    from cobalt_min.prompts import feedback_text
+    probs = {p.id: p for p in P.load_problems("demo") if p.difficulty == "repair function"}
+    assert set(probs) == {f"demo/{pid}" for pid in make_demo.GUESSES} == set(make_demo.DETAIL_KIND)
+    assert len(probs) == 32 and {k: list(make_demo.DETAIL_KIND.values()).count(k) for k in set(make_demo.DETAIL_KIND.values())} \
+        == {"wording": 10, "separator": 6, "case": 4, "counting": 4, "rounding": 4, "answer": 4}
+    guesses = [(probs[f"demo/{pid}"], f"{probs[f'demo/{pid}'].starter_code}    {body}\n") for pid, body in make_demo.GUESSES.items()]
+    results = run_batch([(prog, p.public_tests) for p, prog in guesses], timeout_s=4.0)
+    for (p, prog), res in zip(guesses, results):
+        assert res[0].status == "wrong_answer", (p.id, res[0].status, res[0].stderr[-200:])
+        shown = feedback_text(res, p.public_tests)
+        expected = p.public_tests["outputs"][0]
+        assert "Expected output:\n" + (expected if isinstance(expected, str) else json.dumps(expected)) in shown, (p.id, shown)
 
 
 def test_the_stored_outputs_are_the_reference_solutions_outputs():

@@ -78,6 +78,11 @@ def test_the_page_holds_the_numbers_and_escapes_everything(tmp_path):
     # Pass@1 per turn as a chart line, in data coordinates
     line = re.search(r'data-label="eval_before" data-points="([^"]+)"', page).group(1)
     assert [float(p.split(",")[1]) for p in line.split()] == pytest.approx(before["pass@1"]) == [50.0, 75.0]
+    # what feedback did at turn 1: p/1 sample 0 repaired (of 2 failing), nothing broken (of 2 passing), gain
+    # paired over problems +50 and 0: +25, standard error 25
+    assert "<td data-turn='1'>+25.0 (25.0)</td>" in page
+    assert re.search(r"data-row='repaired'>.*?<td data-turn='1'>1/2 \(50%\)</td>", page)
+    assert re.search(r"data-row='broken'><td>broken</td><td data-turn='1'>0/2 \(0%\)</td>", page)
     assert 'data-label="reward_mean" data-points="1,-0.25 2,0 3,0.25"' in page
     assert 'data-label="val_reward" data-points="3,0.3"' in page
     # the grid: problem 1 solved by 0/2 then 1/2 samples; problem names escaped

@@ -12,7 +12,7 @@ import pytest
 from cobalt_min import graders
 from cobalt_min import prompts as PR
 from cobalt_min.generation import Completion
-from cobalt_min.metrics import pass_at_k, summarize
+from cobalt_min.metrics import format_table, pass_at_k, summarize
 from cobalt_min.problems import load_problems
 from cobalt_min.rollout import rollout
 from cobalt_min.sandbox import TestResult
@@ -158,6 +158,19 @@ def test_rollout_turn_logic_feedback_and_metrics():
     summary = summarize(records, 3)
     assert summary["pass@1"] == pytest.approx([50.0, 50.0, 25.0])
     assert summary["change_points"] == pytest.approx([0, 0, -25.0])
+    # What feedback did, conversations pooled: turn 1 repaired sum-two s0 (of sum s0, reverse s1 failing)
+    # and broke sum-two s1 (of sum s1, reverse s0 passing); turn 2 repaired nothing and broke sum-two s0.
+    assert summary["turn_changes"] == [
+        {"turn": 1, "failing_before": 2, "repaired": 1, "repair_rate": 50.0, "passing_before": 2, "broken": 1,
+         "break_rate": 50.0},
+        {"turn": 2, "failing_before": 2, "repaired": 0, "repair_rate": 0.0, "passing_before": 2, "broken": 1,
+         "break_rate": 50.0}]
+    # Gain over turn 0 paired over problems: sum-two 50 -> 50 -> 0, reverse 50 throughout; at turn 2 the
+    # changes are -50 and 0: mean -25, sample std 35.36, standard error 35.36 / sqrt(2) = 25.
+    assert [g["gain"] for g in summary["gain_over_turn0"]] == pytest.approx([0.0, 0.0, -25.0])
+    assert [g["se"] for g in summary["gain_over_turn0"]] == pytest.approx([0.0, 0.0, 25.0])
+    table = format_table(summary)
+    assert "1/2 (50%)" in table and "-25.00 (25.00)" in table
     assert summary["pass@k_turn0"][2] == pytest.approx(100.0)
     assert timings["generate_s"] >= 0 and timings["execute_s"] > 0
 
@@ -168,7 +181,13 @@ def test_stop_on_public_pass_keeps_the_last_program():
     engine = ReplayEngine({p.id: {"question": p.question, "samples": [[code(ok, 0)] * 3]}})
     [[traj]], _ = rollout([p], engine, samples=1, feedback_turns=2, stop_on_public_pass=True, progress=False)
     assert len(traj["turns"]) == 1 and len(engine.calls) == 1
-    assert summarize([{"problem_id": p.id, "samples": [traj]}], 3)["pass@1"] == [100.0] * 3
+    summary = summarize([{"problem_id": p.id, "samples": [traj]}], 3)
+    assert summary["pass@1"] == [100.0] * 3
+    # nothing failed before turns 1 and 2: no repair rate (None, shown as "-"), and the kept program broke nothing
+    assert [(c["repair_rate"], c["passing_before"], c["break_rate"]) for c in summary["turn_changes"]] == \
+        [(None, 1, 0.0), (None, 1, 0.0)]
+    turn1 = format_table(summary).splitlines()[3].split()
+    assert turn1[0] == "1" and turn1[-3:] == ["-", "0/1", "(0%)"]
 
 
 def test_pass_at_k():

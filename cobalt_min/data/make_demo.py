@@ -438,6 +438,144 @@ FUNCTIONS = [
 ]
 
 
+
+def _detail(pid, kind, name, args, task, detail, solution_body, inputs):
+    """A very easy call-based problem whose statement leaves one detail open (`kind`: wording, separator,
+    case, counting, rounding, answer): the sentence `detail` says that the tests fix it, and the first
+    public test's expected output shows it. A first attempt that guesses the detail wrong is told the
+    expected output by the feedback, so a model can repair it at turn 1 (the self-repair demo)."""
+    signature = f"def {name}({args}):\n"
+    statement = f"{pid.replace('-', ' ').title()}\n\nWrite a function {name}({args}) that {task} {detail}"
+    return (pid, "repair function", statement, signature + solution_body, inputs, name, signature), kind
+
+
+# Feedback-revealed details: 32 problems, the detail of each shown by every test (so by the first public one).
+REVEALED = [
+    # wording: the exact text around the value
+    _detail("greeting", "wording", "greet", "name", "returns a greeting for the given name.",
+            "The tests fix the exact wording.", "    return f'Hello, {name}!'\n",
+            [["Ann"], ["Bob"], ["Zoe"], ["Li"], ["Max"], ["Eve"], ["Sam"], ["Kim"]]),
+    _detail("farewell", "wording", "farewell", "name", "returns a goodbye message for the given name.",
+            "The tests fix the exact wording.", "    return f'Goodbye, {name}.'\n",
+            [["Ann"], ["Bob"], ["Zoe"], ["Li"], ["Max"], ["Eve"], ["Sam"], ["Kim"]]),
+    _detail("item-count", "wording", "count_label", "n", "returns a short text saying that there are n items.",
+            "The tests fix the exact wording.", "    return f'{n} items'\n", [[3], [10], [0], [7], [2], [99], [5], [42]]),
+    _detail("price-tag", "wording", "price_tag", "n", "returns the price of n whole dollars as text.",
+            "The tests fix the exact format.", "    return f'${n}'\n", [[5], [12], [0], [100], [7], [3], [250], [1]]),
+    _detail("percent-text", "wording", "percent", "n", "returns the integer n written as a percentage.",
+            "The tests fix the exact format.", "    return f'{n}%'\n", [[50], [5], [100], [0], [12], [99], [1], [75]]),
+    _detail("bracket-wrap", "wording", "wrap", "s", "returns the string s wrapped in brackets.",
+            "The tests fix which brackets.", "    return '[' + s + ']'\n",
+            [["abc"], ["x"], ["hello"], ["42"], ["a b"], ["cobalt"], ["z"], ["ok"]]),
+    _detail("hash-tag", "wording", "hashtag", "word", "returns the word as a tag.",
+            "The tests fix the exact format.", "    return '#' + word\n",
+            [["python"], ["code"], ["ai"], ["fun"], ["rl"], ["test"], ["x"], ["news"]]),
+    _detail("name-order", "wording", "full_name", "first, last", "returns the person's full name.",
+            "The tests fix the order and punctuation.", "    return f'{last}, {first}'\n",
+            [["Ada", "Lovelace"], ["Alan", "Turing"], ["Grace", "Hopper"], ["Linus", "Torvalds"], ["Guido", "Rossum"],
+             ["Ken", "Thompson"], ["Tim", "Peters"], ["Barbara", "Liskov"]]),
+    _detail("clock-time", "wording", "clock", "h, m", "returns the time h hours and m minutes as text.",
+            "The tests fix the exact format.", "    return f'{h:02d}:{m:02d}'\n",
+            [[9, 5], [12, 30], [0, 0], [7, 45], [23, 59], [1, 1], [10, 10], [6, 0]]),
+    _detail("point-text", "wording", "point", "x, y", "returns the point (x, y) as text.",
+            "The tests fix the exact format.", "    return f'({x}, {y})'\n",
+            [[1, 2], [0, 0], [-3, 4], [10, 20], [5, -5], [7, 7], [-1, -1], [100, 0]]),
+    # separator: how the parts are joined
+    _detail("dash-join", "separator", "join_words", "words", "returns the words of the list joined into one string.",
+            "The tests fix the separator.", "    return '-'.join(words)\n",
+            [[["a", "b", "c"]], [["hello", "world"]], [["x"]], [["one", "two", "three"]], [["ab", "cd"]], [[]],
+             [["q", "r"]], [["red", "green", "blue"]]]),
+    _detail("comma-numbers", "separator", "join_numbers", "nums", "returns the integers of nums as one string.",
+            "The tests fix the separator.", "    return ','.join(str(x) for x in nums)\n",
+            [[[1, 2, 3]], [[10, 20]], [[5]], [[7, 8, 9, 10]], [[0, 0]], [[]], [[-1, 1]], [[4, 5, 6]]]),
+    _detail("spaced-letters", "separator", "spread", "s", "returns the letters of the word s spread out.",
+            "The tests fix what goes between the letters.", "    return ' '.join(s)\n",
+            [["abc"], ["hi"], ["code"], ["x"], ["ok"], ["python"], ["ab"], ["zzz"]]),
+    _detail("path-parts", "separator", "make_path", "parts", "returns the folder names of parts joined into a path.",
+            "The tests fix the separator.", "    return '/'.join(parts)\n",
+            [[["home", "user"]], [["a", "b", "c"]], [["tmp"]], [["usr", "local", "bin"]], [["x", "y"]], [["var", "log"]],
+             [["data"]], [["one", "two"]]]),
+    _detail("repeat-joined", "separator", "repeat_word", "w, k", "returns the word w repeated k times as one string.",
+            "The tests fix what goes between the copies.", "    return ', '.join([w] * k)\n",
+            [["ab", 3], ["hi", 2], ["x", 1], ["go", 4], ["na", 2], ["ok", 3], ["z", 5], ["yo", 2]]),
+    _detail("pair-text", "separator", "pair", "a, b", "returns the integers a and b as one string.",
+            "The tests fix the separator.", "    return f'{a}:{b}'\n",
+            [[1, 2], [10, 20], [0, 5], [3, 3], [7, 1], [-1, 4], [100, 200], [9, 8]]),
+    # case: the letter case of the answer
+    _detail("loud-text", "case", "shout", "s", "returns the text s as if shouted.",
+            "The tests fix the letter case.", "    return s.upper()\n",
+            [["hello"], ["abc def"], ["python"], ["ok"], ["x"], ["make it loud"], ["cobalt"], ["yes"]]),
+    _detail("quiet-text", "case", "whisper", "s", "returns the text s as if whispered.",
+            "The tests fix the letter case.", "    return s.lower()\n",
+            [["HELLO"], ["Abc Def"], ["PYTHON"], ["OK"], ["X"], ["Quiet Please"], ["COBALT"], ["Yes"]]),
+    _detail("title-words", "case", "headline", "s", "returns the text s as a headline.",
+            "The tests fix the letter case.", "    return s.title()\n",
+            [["hello world"], ["big news"], ["python"], ["a b c"], ["make it so"], ["the end"], ["x"], ["rl for code"]]),
+    _detail("name-initials", "case", "initials", "name", "returns the initials of the full name.",
+            "The tests fix the exact format.", "    return ''.join(w[0].upper() + '.' for w in name.split())\n",
+            [["ada lovelace"], ["alan turing"], ["grace hopper"], ["guido van rossum"], ["ken thompson"],
+             ["tim peters"], ["x y"], ["barbara liskov"]]),
+    # counting: where counting starts and ends
+    _detail("position-of", "counting", "position", "nums, x", "returns the position of x in the list nums (x occurs once).",
+            "The tests fix how positions are counted.", "    return nums.index(x) + 1\n",
+            [[[4, 5, 6], 5], [[7, 8], 7], [[1, 2, 3, 4], 4], [[9], 9], [[3, 1, 2], 2], [[5, 6, 7, 8], 8], [[0, 1], 1],
+             [[2, 4, 6], 6]]),
+    _detail("nth-letter", "counting", "letter_at", "s, n", "returns the n-th letter of the string s.",
+            "The tests fix how letters are counted.", "    return s[n - 1]\n",
+            [["abc", 1], ["hello", 2], ["python", 6], ["xyz", 3], ["code", 4], ["ab", 2], ["cobalt", 3], ["q", 1]]),
+    _detail("count-down", "counting", "countdown", "n", "returns the countdown from n as a list.",
+            "The tests fix where the countdown stops.", "    return list(range(n, 0, -1))\n",
+            [[3], [5], [1], [4], [2], [6], [7], [8]]),
+    _detail("up-to", "counting", "numbers_to", "n", "returns the list of whole numbers up to n.",
+            "The tests fix where the list starts.", "    return list(range(1, n + 1))\n",
+            [[3], [5], [1], [4], [2], [6], [0], [8]]),
+    # rounding: integer or fraction
+    _detail("half-of", "rounding", "half", "n", "returns half of the integer n.",
+            "The tests fix how odd numbers are rounded.", "    return n // 2\n",
+            [[7], [10], [3], [9], [4], [1], [15], [100]]),
+    _detail("mean-of-two", "rounding", "average", "a, b", "returns the average of the integers a and b.",
+            "The tests fix how the result is rounded.", "    return (a + b) // 2\n",
+            [[1, 2], [4, 6], [3, 8], [10, 11], [0, 0], [5, 9], [7, 8], [2, 2]]),
+    _detail("share-percent", "rounding", "percent_of", "part, total", "returns part as a percentage of total (total > 0).",
+            "The tests fix how the result is rounded.", "    return round(100 * part / total)\n",
+            [[1, 3], [1, 2], [2, 3], [1, 8], [0, 5], [5, 5], [1, 6], [3, 7]]),
+    _detail("tenths", "rounding", "one_decimal", "x", "returns the number x rounded.",
+            "The tests fix the number of decimals.", "    return round(x, 1)\n",
+            [[3.14159], [2.71828], [1.05], [0.333], [9.99], [5.0], [1.26], [7.777]]),
+    # answer: how a yes/no or a comparison is written
+    _detail("even-word", "answer", "even_word", "n", "tells whether the integer n is even.",
+            "The tests fix how the answer is written.", "    return 'yes' if n % 2 == 0 else 'no'\n",
+            [[4], [7], [0], [3], [10], [-2], [11], [8]]),
+    _detail("compare-symbol", "answer", "compare", "a, b", "tells how the integers a and b compare.",
+            "The tests fix how the answer is written.", "    return '<' if a < b else '>' if a > b else '='\n",
+            [[1, 2], [5, 3], [4, 4], [-1, 0], [9, 1], [0, 0], [2, 10], [7, 6]]),
+    _detail("sign-word", "answer", "sign_word", "n", "tells the sign of the integer n.",
+            "The tests fix how the answer is written.",
+            "    return 'positive' if n > 0 else 'negative' if n < 0 else 'zero'\n",
+            [[5], [-3], [0], [1], [-1], [100], [-100], [7]]),
+    _detail("vowel-check", "answer", "is_vowel", "c", "tells whether the lowercase letter c is a vowel.",
+            "The tests fix how the answer is written.", "    return 'Y' if c in 'aeiou' else 'N'\n",
+            [["a"], ["b"], ["e"], ["z"], ["o"], ["x"], ["u"], ["m"]]),
+]
+DETAIL_KIND = {f"demo/{entry[0]}": kind for entry, kind in REVEALED}
+
+# A plausible first attempt at each REVEALED problem that guesses the open detail wrong: it fails the first public
+# test with a wrong answer (never an error, which would hide the expected output), so the feedback shows the detail.
+GUESSES = {
+    "greeting": "return 'Hello ' + name", "farewell": "return 'Goodbye ' + name", "item-count": "return str(n)",
+    "price-tag": "return str(n) + ' dollars'", "percent-text": "return str(n) + ' percent'",
+    "bracket-wrap": "return '(' + s + ')'", "hash-tag": "return word", "name-order": "return first + ' ' + last",
+    "clock-time": "return f'{h}:{m}'", "point-text": "return f'{x},{y}'", "dash-join": "return ' '.join(words)",
+    "comma-numbers": "return ' '.join(map(str, nums))", "spaced-letters": "return s",
+    "path-parts": "return '.'.join(parts)", "repeat-joined": "return w * k", "pair-text": "return f'{a} {b}'",
+    "loud-text": "return s", "quiet-text": "return s", "title-words": "return s.capitalize()",
+    "name-initials": "return ''.join(w[0] for w in name.split())", "position-of": "return nums.index(x)",
+    "nth-letter": "return s[n]", "count-down": "return list(range(n, -1, -1))", "up-to": "return list(range(n))",
+    "half-of": "return n / 2", "mean-of-two": "return (a + b) / 2", "share-percent": "return part / total * 100",
+    "tenths": "return round(x, 2)", "even-word": "return n % 2 == 0", "compare-symbol": "return a - b",
+    "sign-word": "return (n > 0) - (n < 0)", "vowel-check": "return c in 'aeiou'",
+}
+
 # Typical first attempts: pass the public tests, fail a hidden one.
 WRONG = {
     "second-largest": "input()\nxs = sorted(map(int, input().split()))\nprint(xs[-2])\n",
@@ -459,7 +597,7 @@ def build(path: Path = OUT) -> list:
     """Run every reference solution on its inputs (in the sandbox) and write the problem set."""
     from cobalt_min.problems import Problem, save_problems, split_tests
     out = []
-    for pid, difficulty, statement, solution, inputs, *call in PROBLEMS + FUNCTIONS:
+    for pid, difficulty, statement, solution, inputs, *call in PROBLEMS + FUNCTIONS + [e for e, _ in REVEALED]:
         fn_name, starter = call if call else (None, "")
         tests = {"inputs": inputs, "outputs": reference_outputs(solution, inputs, fn_name)}
         if fn_name:
