@@ -59,6 +59,6 @@ bench: setup
 demo: setup
 	bash demo.sh
 
-# The paper's comparison: base model, COBALT and GRPO-MT on the demo's held-out problems (compare_out/).
+# The paper's comparison: base model, COBALT, GRPO-MT and VeRPO-MT on the demo's held-out problems (compare_out/).
 compare: setup
 	bash compare.sh

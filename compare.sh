@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The paper's comparison on a laptop CPU: the base model, COBALT and the online multi-turn baseline GRPO-MT,
-# the two trained from the same model with the same number of programs sampled online, evaluated on the
+# The paper's comparison on a laptop CPU: the base model, COBALT and the online multi-turn baselines GRPO-MT and
+# VeRPO-MT, the three trained from the same model with the same number of programs sampled online, evaluated on the
 # same held-out problems with the same seeds. SmolLM2-135M-Instruct on the demo's "very easy function"
 # problems (the demo's split). Run it with `make compare` (which creates .venv first). Sizes can be
 # overridden like the demo's, e.g.
@@ -11,13 +11,13 @@ PY=${PY:-.venv/bin/python}
 OUT=${COMPARE_OUT:-compare_out}
 DIFFICULTY=${DIFFICULTY:-very easy function}
 HELDOUT=${HELDOUT:-16}           # held-out problems (evaluation)
-TRAIN_PROBLEMS=${TRAIN_PROBLEMS:-30}  # training problems (COBALT's collection; GRPO-MT's rollouts)
+TRAIN_PROBLEMS=${TRAIN_PROBLEMS:-30}  # training problems (COBALT's collection; GRPO-MT's and VeRPO-MT's rollouts)
 TURNS=${TURNS:-2}                # programs per conversation: collection, GRPO-MT rollouts, evaluation
 TRAJECTORIES=${TRAJECTORIES:-2}  # COBALT: trajectories per training problem (offline collection)
 SAMPLES=${SAMPLES:-4}            # samples per held-out problem (evaluation)
-STEPS=${STEPS:-8}                # COBALT's GRPO steps; GRPO-MT gets STEPS / TURNS (the same programs sampled)
-GROUP=${GROUP:-8}                # programs per context (COBALT), conversations per problem (GRPO-MT)
-BATCH=${BATCH:-4}                # contexts (COBALT) or problems (GRPO-MT) per step
+STEPS=${STEPS:-8}                # COBALT's GRPO steps; GRPO-MT and VeRPO-MT get STEPS / TURNS (the same programs sampled)
+GROUP=${GROUP:-8}                # programs per context (COBALT), conversations per problem (GRPO-MT, VeRPO-MT)
+BATCH=${BATCH:-4}                # contexts (COBALT) or problems (GRPO-MT, VeRPO-MT) per step
 LR=${LR:-2e-5}
 TOKENS=${MAX_NEW_TOKENS:-128}
 MAX_PROMPT=${MAX_PROMPT:-600}    # COBALT: longer contexts are dropped
@@ -63,8 +63,15 @@ echo "== 3. GRPO-MT: $MT_STEPS steps of $GROUP whole $TURNS-program conversation
         --max-steps "$MT_STEPS" --save-every "$MT_STEPS" "${TRAIN[@]}" --out "$OUT/grpo_mt"
 "$PY" evaluate.py --model "$OUT/grpo_mt/final" "${EVAL[@]}" --out "$OUT/eval_grpo_mt"
 
-echo "== 4. the comparison"
+echo "== 4. VeRPO-MT: GRPO-MT's rollouts, per-test weighted turn rewards and the outcome advantage"
+[ -f "$OUT/verpo_mt/final/config.json" ] || \
+    "$PY" train.py --method verpo-mt --model "$MODEL" --problems "$OUT/train_subset.jsonl" --turns "$TURNS" \
+        --max-steps "$MT_STEPS" --save-every "$MT_STEPS" "${TRAIN[@]}" --out "$OUT/verpo_mt"
+"$PY" evaluate.py --model "$OUT/verpo_mt/final" "${EVAL[@]}" --out "$OUT/eval_verpo_mt"
+
+echo "== 5. the comparison"
 "$PY" -m cobalt_min.compare "$OUT"
-"$PY" -m cobalt_min.report "$OUT/eval_base" "$OUT/eval_cobalt" "$OUT/eval_grpo_mt" "$OUT/cobalt" "$OUT/grpo_mt" \
-    --out "$OUT/report.html" --title "COBALT vs GRPO-MT: SmolLM2-135M-Instruct on held-out problems"
+"$PY" -m cobalt_min.report "$OUT/eval_base" "$OUT/eval_cobalt" "$OUT/eval_grpo_mt" "$OUT/eval_verpo_mt" "$OUT/cobalt" \
+    "$OUT/grpo_mt" "$OUT/verpo_mt" --out "$OUT/report.html" \
+    --title "COBALT vs GRPO-MT and VeRPO-MT: SmolLM2-135M-Instruct on held-out problems"
 echo "compare run time: $(( ($(date +%s) - start) / 60 )) min $(( ($(date +%s) - start) % 60 )) s"

