@@ -13,6 +13,7 @@ Prints one JSON object: {name: {"results": [...], "elapsed_s": float, ...}, "_le
 import argparse
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -683,6 +684,7 @@ def run_grader_fault(canary_dir):
         return out
     finally:
         subprocess.run(["umount", "-l", tmp])
+        os.rmdir(tmp)  # (the folder under the tmpfs, empty)
 
 
 # A grader judging two programs that never finish, stopped by a signal while they run.
@@ -718,7 +720,9 @@ def run_stopped_grader(isolation, signum):
         proc.kill()
         _, err = proc.communicate()
     left = [str(c) for base in bases for c in base.glob(f"cobalt_min-{proc.pid}-*") if c not in earlier]
-    return {"cgroups_made": made, "cgroups_left": left, "tmp_left": os.listdir(tmp),
+    tmp_left = os.listdir(tmp)
+    shutil.rmtree(tmp, ignore_errors=True)
+    return {"cgroups_made": made, "cgroups_left": left, "tmp_left": tmp_left,
             "exit": proc.returncode, "stop_s": time.monotonic() - start, "stderr": err[-2000:]}
 
 
@@ -894,6 +898,7 @@ def reachable_for_others(paths):
         for name, where in kept.items():
             os.mkdir(os.path.join(folder, name))
             subprocess.run(["mount", "--move", where, os.path.join(folder, name)], check=True)
+            os.rmdir(where)  # (the empty folder the mount was kept on)
     raise RuntimeError("could not make the Python install reachable")
 
 
@@ -907,8 +912,11 @@ def run_cli_hunt(isolation, marker):
     program_path = os.path.join(folder, "hunt.py")
     demo = os.path.join(os.path.abspath(ROOT), "cobalt_min", "data", "demo.jsonl")
     Path(program_path).write_text(f"DEMO = {demo!r}\n" + CLI_HUNT)
-    proc = subprocess.run([sys.executable, "-m", "cobalt_min.sandbox", program_path, tests_path, "--timeout", "4",
-                           "--isolation", isolation], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "cobalt_min.sandbox", program_path, tests_path, "--timeout", "4",
+                               "--isolation", isolation], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
     out = json.loads(proc.stdout)
     return {"results": out["results"], "stderr": proc.stderr[-2000:]}
 

@@ -48,7 +48,10 @@ def _run_harness(mode, tmp_path_factory):
 
 @pytest.fixture(scope="module", params=["bwrap", "process", "bwrap-user"])
 def hostile(request, tmp_path_factory):
-    return _run_harness(request.param, tmp_path_factory)
+    run, canary = _run_harness(request.param, tmp_path_factory)
+    yield run, canary
+    if request.param == "bwrap-user":  # (its canary is outside pytest's folders, which pytest prunes itself)
+        shutil.rmtree(canary, ignore_errors=True)
 
 
 def _statuses(run, name):
