@@ -14,6 +14,7 @@ A checkpoint becomes a model folder (evaluate.py --model FOLDER) in one process,
 
 import contextlib
 import json
+import os
 import shutil
 import warnings
 from pathlib import Path
@@ -49,7 +50,9 @@ def save_checkpoint(accelerator, model, optimizer, out: Path, step: int, epoch: 
         dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=str(folder))
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
-        (folder / "train_state.json").write_text(json.dumps({"step": step, "epoch": epoch}))
+        tmp = folder / "train_state.json.tmp"  # written then renamed: a run killed mid-write leaves no half file
+        tmp.write_text(json.dumps({"step": step, "epoch": epoch}))
+        os.replace(tmp, folder / "train_state.json")
         for old in checkpoints(out)[:-keep]:
             shutil.rmtree(old, ignore_errors=True)
     accelerator.wait_for_everyone()
