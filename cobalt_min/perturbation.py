@@ -7,6 +7,7 @@ into perturbed training contexts (no model calls), finds hacking candidates in e
 holds the LLM-judge prompt and its parser.
 """
 
+import collections
 import difflib
 import json
 import random
@@ -185,9 +186,10 @@ def wrong_feedback_per_turn(records: list[dict], n_turns: int) -> list[dict]:
     and of the programs at t-1 that passed every hidden test yet were shown a perturbed (wrong) test as
     their first failure, how many were rewritten at t into programs that fail a hidden test (broken;
     broken_rate in %, None when there were none to break)."""
+    per_turn = collections.Counter(c["turn"] for rec in records for c in hacking_candidates(rec))
     out = []
     for t in range(1, n_turns):
-        candidates = sum(c["turn"] == t for rec in records for c in hacking_candidates(rec))
+        candidates = per_turn[t]
         misled = broken = 0
         for rec in records:
             perturbed = set(rec.get("perturbed", {}).get("indices", []))

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from cobalt_min.cli import output_file
 from cobalt_min.jsonl import read_jsonl
-from cobalt_min.metrics import solved_at, summarize
+from cobalt_min.metrics import rate_text, solved_at, summarize
 
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
 CONTEXTS_SHOWN = 3  # collect runs: how many contexts the page shows as the policy sees them
@@ -229,15 +229,13 @@ def feedback_table(summaries: dict) -> str:
     rows = ["<h3>What feedback did, per turn</h3><table class='numbers feedback'><tr><th>run</th><th></th>"
             + "".join(f"<th>t={t}</th>" for t in range(1, n_max)) + "</tr>"]
 
-    def rate(count, total, pct):
-        return f"{count}/{total} ({pct:.0f}%)" if pct is not None else "-"
     for name, s in shown.items():
         cells = {"gain over t=0 (s.e.)": [f"{g['gain']:+.1f} ({g['se']:.1f})" for g in s["gain_over_turn0"][1:]],
-                 "repaired": [rate(c["repaired"], c["failing_before"], c["repair_rate"]) for c in s["turn_changes"]],
-                 "broken": [rate(c["broken"], c["passing_before"], c["break_rate"]) for c in s["turn_changes"]]}
+                 "repaired": [rate_text(c["repaired"], c["failing_before"], c["repair_rate"]) for c in s["turn_changes"]],
+                 "broken": [rate_text(c["broken"], c["passing_before"], c["break_rate"]) for c in s["turn_changes"]]}
         if s.get("wrong_feedback"):
             cells["correct, broken by wrong feedback"] = [
-                rate(w["broken"], w["correct_shown_wrong_feedback"], w["broken_rate"]) for w in s["wrong_feedback"]]
+                rate_text(w["broken"], w["correct_shown_wrong_feedback"], w["broken_rate"]) for w in s["wrong_feedback"]]
             cells["hacking candidates"] = [str(w["hacking_candidates"]) for w in s["wrong_feedback"]]
         for k, (what, values) in enumerate(cells.items()):
             head = f"<th rowspan='{len(cells)}'>{html.escape(name)}</th>" if k == 0 else ""
