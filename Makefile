@@ -1,5 +1,5 @@
 # cobalt-min: `make test` sets everything up and runs the tests; `make demo` runs COBALT end to end.
-# Both create ./.venv on first use (CPU build of PyTorch; GPU users: see README "Full-scale recipe").
+# Both create ./.venv on first use (CPU build of PyTorch; GPU users: see docs/full_scale.md).
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin

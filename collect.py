@@ -27,7 +27,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from cobalt_min import cli
-from cobalt_min.generation import find_smollm2_gguf, make_engine
+from cobalt_min.generation import find_smollm2_gguf, make_engine, prompt_token_counter
 from cobalt_min.jsonl import append_jsonl, read_jsonl, write_jsonl
 from cobalt_min.metrics import summarize
 from cobalt_min.report import write_report
@@ -36,42 +36,44 @@ from cobalt_min.sandbox import require_safe_sandbox
 from cobalt_min.trajectories import PROMPT_BUDGET, build_contexts
 
 
-def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def parser() -> argparse.ArgumentParser:
+    """collect.py's flags, grouped by phase; defaults are the paper's (§4)."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=cli.HelpFormatter)
     g = ap.add_argument_group("model")
     g.add_argument("--model", type=cli.source, default=None,
                    help="reference model: hub id, folder, .gguf file or 'smollm2'")
-    g.add_argument("--engine", default="auto", choices=["auto", "vllm", "hf"], help="default auto")
+    g.add_argument("--engine", default="auto", choices=["auto", "vllm", "hf"],
+                   help="sampler: vLLM or transformers (auto: vLLM when installed with a GPU)")
     g.add_argument("--thinking", action="store_true", help="thinking model (template mode, history after </think>)")
     g.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
                    help="model dtype (default auto: the checkpoint's)")
     g.add_argument("--gen-batch-size", type=cli.count, default=64,
-                   help="transformers engine: sequences per generate call (default 64)")
+                   help="transformers engine: sequences per generate call")
     cli.renamed(g, "--batch-size", "is now --gen-batch-size (train.py's --batch-size counts contexts per step)")
-    g.add_argument("--tensor-parallel-size", type=cli.count, default=1, help="vLLM tensor parallel size (default 1)")
+    g.add_argument("--tensor-parallel-size", type=cli.count, default=1, help="vLLM tensor parallel size")
     g.add_argument("--vllm-gpu-memory-utilization", type=cli.probability, default=0.9,
-                   help="vLLM's share of the GPU's memory (default 0.9)")
+                   help="vLLM's share of the GPU's memory")
     cli.renamed(g, "--gpu-memory-utilization", "is now --vllm-gpu-memory-utilization (as in train.py)")
     g = ap.add_argument_group("problems")
     cli.problem_flags(g, required=False, what="the problems to collect on")
     g = ap.add_argument_group("collection (paper §4 defaults)")
-    g.add_argument("--trajectories", type=cli.count, default=16, help="trajectories per problem (default 16)")
+    g.add_argument("--trajectories", type=cli.count, default=16, help="trajectories per problem")
     g.add_argument("--turns", type=cli.count, default=3,
-                   help="programs per trajectory, feedback between them (default 3)")
-    g.add_argument("--temperature", type=cli.non_negative, default=0.6, help="default 0.6")
-    g.add_argument("--top-p", type=cli.probability, default=0.95, help="default 0.95")
-    g.add_argument("--max-new-tokens", type=cli.count, default=8192, help="default 8192")
+                   help="programs per trajectory, feedback between them")
+    g.add_argument("--temperature", type=cli.non_negative, default=0.6, help="sampling temperature (the paper's)")
+    g.add_argument("--top-p", type=cli.probability, default=0.95, help="nucleus sampling (the paper's)")
+    g.add_argument("--max-new-tokens", type=cli.count, default=8192, help="max response tokens")
     cli.stop_after_code_flag(g)
-    g.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    g.add_argument("--seed", type=int, default=0, help="sampling seed")
     cli.grader_flags(g)
     g.add_argument("--workers", type=cli.count, default=None, help="sandbox workers (default: one per CPU)")
-    g.add_argument("--batch-problems", type=cli.count, default=8, help="problems rolled out together (default 8)")
+    g.add_argument("--batch-problems", type=cli.count, default=8, help="problems rolled out together")
     g = ap.add_argument_group("contexts (paper §4 defaults)")
     g.add_argument("--split", default="train", choices=["train", "validation"],
                    help="train: keep diff > 0 and max == 1, down-sample to --m; validation: the one trajectory "
-                        "with the smallest diff > 0 (default train)")
-    g.add_argument("--m", type=cli.count, default=4, help="trajectories kept per problem (default 4)")
-    g.add_argument("--prompt-budget", type=cli.count, default=PROMPT_BUDGET, help="max context tokens (default 10000)")
+                        "with the smallest diff > 0")
+    g.add_argument("--m", type=cli.count, default=4, help="trajectories kept per problem")
+    g.add_argument("--prompt-budget", type=cli.count, default=PROMPT_BUDGET, help="max context tokens")
     g.add_argument("--tokenizer", type=cli.source, default=None,
                    help="tokenizer for the budget (default: --model; the policy's)")
     g.add_argument("--process-only", action="store_true", help="only rebuild contexts from DIR/raw.jsonl")
@@ -79,37 +81,32 @@ def parse_args(argv=None):
     g.add_argument("--out", type=cli.output_folder, required=True, help="output folder")
     g.add_argument("--resume", action="store_true", help="continue DIR/raw.jsonl, skipping finished problems")
     cli.tracker_flag(g, "collect/ (the contexts' counts; the reference model's Pass@1 by turn)")
-    return ap.parse_args(argv)
+    return ap
 
 
-def token_counter(path: str, thinking: bool):
-    """count(messages) -> prompt tokens with the tokenizer and chat template of `path`."""
-    from transformers import AutoTokenizer
-
-    from cobalt_min.generation import chat_prompt_ids, gguf_location, hub_options, load_error
-    folder, gguf_file = gguf_location(path, None)
-    options = hub_options(folder)
-    try:
-        tok = AutoTokenizer.from_pretrained(folder, **({"gguf_file": gguf_file} if gguf_file else {}), **options)
-    except (OSError, ValueError) as e:
-        raise SystemExit(f"error: could not load the tokenizer of {path}: {load_error(path, options, e)}") from None
-
-    return lambda messages: len(chat_prompt_ids(tok, messages, thinking))
+def parse_args(argv=None):
+    return parser().parse_args(argv)
 
 
-# What decides the trajectories a collection writes: a --resume must keep them (cli.record_settings);
-# --batch-problems among them: each batch is seeded by its position.
-SETTINGS = ("model", "thinking", *cli.PROBLEM_SETTINGS, "trajectories", "turns", "temperature", "top_p",
-            "max_new_tokens", "stop_after_code", "seed", "grader", "timeout", "batch_problems")
+# What decides the trajectories a collection writes (a --resume must keep it, cli.record_settings): every flag
+# but these (how fast, where, and how raw.jsonl becomes contexts, which --process-only redoes). --batch-problems
+# is a setting: each batch is seeded by its position.
+SETTINGS = cli.settings_of(parser(), besides={
+    "dtype", "engine", "gen_batch_size", "log_with", "m", "out", "process_only", "prompt_budget", "resume", "split",
+    "tensor_parallel_size", "tokenizer", "vllm_gpu_memory_utilization", "workers"})
 
 
 def main(argv=None):
+    """collect.py's command line: parse the flags, then collect; Ctrl-C says what the run keeps."""
     args = parse_args(argv)
     with cli.interrupt_message("every finished problem is in --out's raw.jsonl", cli.command_line(__file__, argv)):
         collect(args)
 
 
 def collect(args):
+    """Offline collection (paper §4): the reference model rolls out --trajectories conversations of --turns
+    programs per problem (raw.jsonl, appended per batch, resumable), then the trajectory filter, max-variance
+    down-sampling and the cut into contexts (contexts.jsonl, stats.json, report.html)."""
     print("collect.py", " ".join(f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items()), file=sys.stderr)
     cli.check_tracker(args.log_with)
     out = Path(args.out)
@@ -151,7 +148,7 @@ def collect(args):
     if not records:
         raise SystemExit(f"error: no raw trajectories in {raw_path}")
     tok_path = args.tokenizer or model
-    count = token_counter(tok_path, args.thinking) if tok_path else None
+    count = prompt_token_counter(tok_path, args.thinking) if tok_path else None
     if count is None:
         print("warning: no --tokenizer: the prompt budget is not checked", file=sys.stderr)
     contexts, stats = build_contexts(records, {r["problem_id"]: r["tests"] for r in records}, split=args.split,

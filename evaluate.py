@@ -36,24 +36,25 @@ from cobalt_min.rollout import pending_batches, rollout
 from cobalt_min.sandbox import require_safe_sandbox
 
 
-def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def parser() -> argparse.ArgumentParser:
+    """evaluate.py's flags, grouped by phase; defaults are the paper's (§6)."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=cli.HelpFormatter)
     g = ap.add_argument_group("model")
     g.add_argument("--model", type=cli.source, required=True,
                    help="hub id, local folder, .gguf file, or 'smollm2' (the demo model)")
     g.add_argument("--engine", default="auto", choices=["auto", "vllm", "hf"],
-                   help="auto: vLLM when installed and a GPU is present, else transformers (default auto)")
+                   help="auto: vLLM when installed and a GPU is present, else transformers")
     g.add_argument("--thinking", action="store_true", help="thinking model: enable the template's thinking mode "
                    "and keep only the text after </think> in earlier turns")
     g.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
                    help="model dtype (default auto: the checkpoint's)")
     g.add_argument("--gen-batch-size", type=cli.count, default=64,
-                   help="transformers engine: sequences per generate call (default 64)")
+                   help="transformers engine: sequences per generate call")
     cli.renamed(g, "--batch-size", "is now --gen-batch-size (train.py's --batch-size counts contexts per step)")
-    g.add_argument("--tensor-parallel-size", type=cli.count, default=1, help="vLLM tensor parallel size (default 1)")
+    g.add_argument("--tensor-parallel-size", type=cli.count, default=1, help="vLLM tensor parallel size")
     cli.renamed(g, "--gpu-memory-utilization", "is now --vllm-gpu-memory-utilization (as in train.py)")
     g.add_argument("--vllm-gpu-memory-utilization", type=cli.probability, default=0.9,
-                   help="vLLM share of GPU memory (default 0.9)")
+                   help="vLLM share of GPU memory")
     g = ap.add_argument_group("problems")
     cli.problem_flags(g, required=True, what="the problems to evaluate on")
     cli.renamed(g, "--split", "is now --problem-split (collect.py's --split chooses training or validation contexts)")
@@ -61,12 +62,12 @@ def parse_args(argv=None):
     g.add_argument("--turns", type=cli.count, default=9,
                    help="programs per conversation, as collect.py and train.py count them: turn 0 and turns - 1 "
                         "rounds of feedback (default 9: the paper's turn 0 + 8 feedback turns)")
-    g.add_argument("--samples", type=cli.count, default=16, help="conversations per problem (default 16)")
-    g.add_argument("--temperature", type=cli.non_negative, default=0.6, help="default 0.6")
-    g.add_argument("--top-p", type=cli.probability, default=0.95, help="default 0.95")
-    g.add_argument("--max-new-tokens", type=cli.count, default=8192, help="per response (default 8192)")
+    g.add_argument("--samples", type=cli.count, default=16, help="conversations per problem")
+    g.add_argument("--temperature", type=cli.non_negative, default=0.6, help="sampling temperature (the paper's)")
+    g.add_argument("--top-p", type=cli.probability, default=0.95, help="nucleus sampling (the paper's)")
+    g.add_argument("--max-new-tokens", type=cli.count, default=8192, help="per response")
     cli.stop_after_code_flag(g)
-    g.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    g.add_argument("--seed", type=int, default=0, help="sampling seed")
     g.add_argument("--stop-on-public-pass", action="store_true",
                    help="stop a conversation once its program passes all public tests (the paper does not)")
     g = ap.add_argument_group("execution")
@@ -76,24 +77,29 @@ def parse_args(argv=None):
     g.add_argument("--perturbed", action="store_true", help="show perturbed public tests: taken from the problem "
                    "file when it has them (perturb.py tests), else made here with --perturb-seed")
     g.add_argument("--perturb-seed", type=int, default=0,
-                   help="which two expected outputs each problem swaps (perturbation.perturb_tests; default 0)")
+                   help="which two expected outputs each problem swaps (perturbation.perturb_tests)")
     g = ap.add_argument_group("output")
     g.add_argument("--out", type=cli.output_folder, required=True, help="output folder")
     g.add_argument("--resume", action="store_true", help="continue a run in --out, skipping finished problems")
     g.add_argument("--batch-problems", type=cli.count, default=8,
-                   help="problems rolled out together (and then written) at a time (default 8)")
+                   help="problems rolled out together (and then written) at a time")
     cli.tracker_flag(g, "eval/ or eval_perturbed/, one step per turn")
-    return ap.parse_args(argv)
+    return ap
 
 
-# What decides the trajectories an evaluation writes: a --resume must keep them (cli.record_settings);
-# --batch-problems among them: each batch is seeded by its position.
-SETTINGS = ("model", "thinking", *cli.PROBLEM_SETTINGS, "turns", "samples", "temperature", "top_p",
-            "max_new_tokens", "stop_after_code", "seed", "stop_on_public_pass", "grader", "timeout", "perturbed",
-            "perturb_seed", "batch_problems")
+def parse_args(argv=None):
+    return parser().parse_args(argv)
+
+
+# What decides the trajectories an evaluation writes (a --resume must keep it, cli.record_settings): every flag
+# but these (how fast, where). --batch-problems is a setting: each batch is seeded by its position.
+SETTINGS = cli.settings_of(parser(), besides={
+    "dtype", "engine", "gen_batch_size", "log_with", "out", "resume", "tensor_parallel_size",
+    "vllm_gpu_memory_utilization", "workers"})
 
 
 def main(argv=None):
+    """evaluate.py's command line: parse the flags, then evaluate; Ctrl-C says what the run keeps."""
     args = parse_args(argv)
     kept = "every finished batch of --batch-problems problems is in --out's trajectories.jsonl (the one in progress is redone)"
     with cli.interrupt_message(kept, cli.command_line(__file__, argv)):
@@ -126,6 +132,9 @@ def roll_out(args, engine, problems: list, todo_ids: set, feedback_tests: dict, 
 
 
 def evaluate(args):
+    """Multi-turn self-debugging evaluation (paper §6): --samples conversations of --turns programs per
+    problem (trajectories.jsonl, appended per batch, resumable), then Pass@1 per turn, its gain over turn 0,
+    repairs and breaks per turn (summary.json, pass_at_1.png, report.html); --perturbed shows perturbed tests."""
     print("evaluate.py", " ".join(f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items()), file=sys.stderr)
     require_safe_sandbox()
     cli.check_tracker(args.log_with)

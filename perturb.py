@@ -30,6 +30,7 @@ from cobalt_min.report import run_kind, write_report
 
 
 def cmd_tests(args):
+    """perturb.py tests: the problems with perturbed public tests (two expected outputs swapped; paper §7)."""
     from cobalt_min.perturbation import perturb_public_tests, problem_rng
     from cobalt_min.problems import load_problems, save_problems
     problems = load_problems(args.problems, split=args.problem_split, limit=args.limit)
@@ -47,6 +48,7 @@ def cmd_tests(args):
 
 
 def cmd_augment(args):
+    """perturb.py augment: perturbed training contexts from collected trajectories, no model calls (§7)."""
     from cobalt_min.perturbation import perturbed_contexts
     from cobalt_min.problems import load_problems
     from cobalt_min.sandbox import require_safe_sandbox
@@ -65,8 +67,8 @@ def cmd_augment(args):
               f"out (first: {unmatched[0]!r})", file=sys.stderr)
     count = None
     if args.tokenizer:
-        from collect import token_counter
-        count = token_counter(args.tokenizer, args.thinking)
+        from cobalt_min.generation import prompt_token_counter
+        count = prompt_token_counter(args.tokenizer, args.thinking)
     contexts, stats = perturbed_contexts(records, problems, seed=args.perturb_seed, fraction=args.fraction, m=args.m,
                                          count_prompt_tokens=count, grader=cli.grader_of(args), workers=args.workers)
     write_jsonl(args.out, contexts)
@@ -76,6 +78,7 @@ def cmd_augment(args):
 
 
 def cmd_analyze(args):
+    """perturb.py analyze: the hacking candidates of an evaluate.py --perturbed run and what wrong feedback did."""
     from cobalt_min.metrics import format_table, summarize
     from cobalt_min.perturbation import hacking_candidates, wrong_feedback_per_turn, wrong_feedback_text
     run = Path(args.run)
@@ -119,6 +122,7 @@ def require_fields(records: list, path, fields: set, what: str) -> None:
 
 
 def cmd_judge(args):
+    """perturb.py judge: each hacking candidate classified by an LLM judge into the paper's four categories."""
     from cobalt_min.perturbation import CATEGORIES, chat_completion, judge_messages, parse_verdict
     cases = read_jsonl(args.cases)
     if not cases:
@@ -164,19 +168,21 @@ def cmd_judge(args):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    """perturb.py's command line: one subcommand per step of the paper's §7."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=cli.HelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    t = sub.add_parser("tests", help="write a perturbed problem set (public tests perturbed, hidden kept)")
+    t = sub.add_parser("tests", formatter_class=cli.HelpFormatter,
+                       help="write a perturbed problem set (public tests perturbed, hidden kept)")
     t.add_argument("--problems", type=cli.source, required=True, help="'demo', a file/folder, or a hub dataset id")
     t.add_argument("--problem-split", default=None, help="split of the problem source")
     cli.renamed(t, "--split", "is now --problem-split, as in evaluate.py and collect.py")
     t.add_argument("--limit", type=cli.count, default=None, help="the first K problems only")
     t.add_argument("--out", type=cli.output_file, required=True, help="output JSONL (our format, with feedback_tests)")
     t.add_argument("--perturb-seed", type=int, default=0,
-                   help="which tests are swapped (per problem; the same as evaluate.py --perturbed --perturb-seed; "
-                        "default 0)")
+                   help="which tests are swapped (per problem; the same as evaluate.py --perturbed --perturb-seed)")
     cli.renamed(t, "--seed", "is now --perturb-seed, as in evaluate.py")
-    a = sub.add_parser("augment", help="perturbed training contexts from collected trajectories")
+    a = sub.add_parser("augment", formatter_class=cli.HelpFormatter,
+                       help="perturbed training contexts from collected trajectories")
     a.add_argument("--trajectories", type=cli.source, required=True, help="raw.jsonl from collect.py")
     a.add_argument("--problems", type=cli.source, required=True,
                    help="the problem set the trajectories were collected on")
@@ -184,31 +190,32 @@ def main(argv=None):
     cli.renamed(a, "--split", "is now --problem-split, as in evaluate.py and collect.py")
     a.add_argument("--out", type=cli.output_file, required=True,
                    help="output contexts JSONL for train.py --perturbed-contexts")
-    a.add_argument("--fraction", type=cli.probability, default=1.0, help="share of problems perturbed, in (0, 1] "
-                   "(default 1.0)")
-    a.add_argument("--m", type=cli.count, default=4, help="trajectories kept per problem (default 4)")
+    a.add_argument("--fraction", type=cli.probability, default=1.0, help="share of problems perturbed, in (0, 1]")
+    a.add_argument("--m", type=cli.count, default=4, help="trajectories kept per problem")
     a.add_argument("--tokenizer", type=cli.source, default=None,
                    help="policy tokenizer for the 10,000-token prompt budget")
     a.add_argument("--thinking", action="store_true", help="a thinking model's trajectories (history after </think>)")
     cli.grader_flags(a)
     a.add_argument("--workers", type=cli.count, default=None, help="sandbox workers (default: one per CPU)")
     a.add_argument("--perturb-seed", type=int, default=0,
-                   help="which tests are swapped, and which problems with --fraction below 1 (default 0)")
+                   help="which tests are swapped, and which problems with --fraction below 1")
     cli.renamed(a, "--seed", "is now --perturb-seed, as in evaluate.py")
-    z = sub.add_parser("analyze", help="hacking candidates of an evaluate.py --perturbed run")
+    z = sub.add_parser("analyze", formatter_class=cli.HelpFormatter,
+                       help="hacking candidates of an evaluate.py --perturbed run")
     z.add_argument("--run", required=True, help="the evaluate.py --out folder")
-    j = sub.add_parser("judge", help="classify hacking candidates with an LLM judge")
+    j = sub.add_parser("judge", formatter_class=cli.HelpFormatter,
+                       help="classify hacking candidates with an LLM judge")
     j.add_argument("--cases", type=cli.source, required=True, help="hacking_candidates.jsonl from `analyze`")
     j.add_argument("--out", type=cli.output_file, default=None,
                    help="judgements JSONL (default: judgements.jsonl beside --cases)")
     j.add_argument("--model", type=cli.source, default=None, help="local judge model (hub id, folder, .gguf)")
-    j.add_argument("--engine", default="auto", choices=["auto", "vllm", "hf"], help="local judge's engine (default auto)")
+    j.add_argument("--engine", default="auto", choices=["auto", "vllm", "hf"], help="local judge's engine")
     j.add_argument("--thinking", action="store_true", help="the judge is a thinking model")
     j.add_argument("--api-base", default=None, help="OpenAI-compatible server, e.g. http://localhost:8000/v1 "
                    "(key from OPENAI_API_KEY if set)")
     j.add_argument("--api-model", default=None, help="model name on that server")
-    j.add_argument("--max-new-tokens", type=cli.count, default=2048, help="per judgement (default 2048)")
-    j.add_argument("--cases-at-once", type=cli.count, default=16, help="cases sent to the judge together (default 16)")
+    j.add_argument("--max-new-tokens", type=cli.count, default=2048, help="per judgement")
+    j.add_argument("--cases-at-once", type=cli.count, default=16, help="cases sent to the judge together")
     cli.renamed(j, "--batch-size", "is now --cases-at-once (--batch-size counts contexts per step in train.py)")
     args = ap.parse_args(argv)
     if args.cmd in ("tests", "augment"):

@@ -25,7 +25,7 @@ import time
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, ROOT)
 from cobalt_min.sandbox import ISOLATIONS, run_batch  # noqa: E402
-from cobalt_min.sandbox_process import _python_paths  # noqa: E402
+from cobalt_min.sandbox_isolation import python_paths  # noqa: E402
 
 STRIDE = 1 << 20  # one bit per MiB of the file: the kernel's readahead (128 KiB here) never reaches a neighbour
 
@@ -56,7 +56,7 @@ print(''.join('1' if t < cut else '0' for t in times))
 def largest_readable_file() -> str:
     """The largest file in the folders a sandbox binds read-only (the Python install, site-packages)."""
     best, size = None, 0
-    for top in _python_paths():
+    for top in python_paths():
         for folder, _, names in os.walk(top):
             for name in names:
                 path = os.path.join(folder, name)

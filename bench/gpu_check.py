@@ -119,7 +119,7 @@ def main():
     def vllm_matches_hf():
         if not have_vllm:
             return {"skipped": "vLLM is not installed" if cuda else "dry run (no CUDA)"}
-        from cobalt_min.generation import VLLMEngine
+        from cobalt_min.vllm_engine import VLLMEngine
         vllm_engine["e"] = VLLMEngine(model_dir, gpu_memory_utilization=0.3, dtype="float32", seed=0)
         got = greedy(vllm_engine["e"], prompts, new_tokens)
         equal = sum(a == b for a, b in zip(got, state["before"]))

@@ -6,7 +6,7 @@
 
 What each phase holds on one rank (GB = 1e9 bytes):
 - always: the policy's float32 master weights and AdamW's two float32 moments, sharded over the ranks
-  (sharding.shard_model); the frozen reference in the compute dtype (bf16), sharded (train.batched_logprobs
+  (sharding.shard_model); the frozen reference in the compute dtype (bf16), sharded (learner.batched_logprobs
   gives back its root unit's gathered embeddings and LM head after each pass); vLLM's share of the
   device's TOTAL memory (--vllm-gpu-memory-utilization x what the card reports: 85.2 GB for an "80 GB"
   H100): its bf16 weights, then KV cache in what is left.

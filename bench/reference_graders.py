@@ -14,9 +14,9 @@ by a stand-in). Nothing of either is copied here: they are imported from the pat
 The corpus (made here, in LiveCodeBench's record format: the format the authors' LiveCodeBench data comes
 from too): a few problems, stdin and functional, and programs written to probe each rule a profile must
 reproduce (comparison, exit status, exit()/quit(), the import prelude, recursion and digit limits, output
-size, time) and each harness behaviour README lists as a departure. Each pair records the references'
+size, time) and each harness behaviour docs/departures.md lists as a departure. Each pair records the references'
 verdict on every test (None: a test LiveCodeBench did not run, as it stops at the first failure) and, where
-a profile departs from its reference on purpose, the departure's name as README's list gives it.
+a profile departs from its reference on purpose, the departure's name as docs/departures.md's list gives it.
 """
 import argparse
 import base64
@@ -81,7 +81,7 @@ SUM = "a, b = map(int, input().split())\nprint(a + b)\n"
 PAL = "class Solution:\n    def isPalindrome(self, s: str) -> bool:\n        return {}\n"
 HALVE = "class Solution:\n    def halve(self, n: int) -> float:\n        return {}\n"
 
-# (id, problem, program, {grader: departure} for what README lists as a departure from that reference)
+# (id, problem, program, {grader: departure} for what docs/departures.md lists as a departure from that reference)
 PAIRS = [
     ("sum-input", "sum", SUM, {}),
     ("sum-read", "sum", "import sys\na, b = map(int, sys.stdin.read().split())\nprint(a + b)\n", {}),

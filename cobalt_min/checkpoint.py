@@ -5,7 +5,7 @@ A checkpoint (out/checkpoints/step_N) holds the policy's weights and the optimiz
 torch.distributed.checkpoint: each rank writes its own shard under FSDP, rank 0 the one copy under DDP
 or in one process, and any number of ranks can read it back. Plus train_state.json {step, epoch}.
 Nothing else is needed to continue exactly: the data order of a step is a function of the step number
-(train.epoch_order), every random draw of a step comes from a generator seeded by (seed, step), and
+(training_data.epoch_order), every random draw of a step comes from a generator seeded by (seed, step), and
 the learning rate is constant. The frozen reference policy is not saved: it is the initial model.
 
 A checkpoint becomes a model folder (evaluate.py --model FOLDER) in one process, without the ranks:

@@ -175,6 +175,28 @@ def provenance(args, keys: tuple) -> dict:
     return {"git_commit": commit, "uncommitted_changes": dirty, "versions": versions, "input_files": inputs}
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """--help as the scripts show it: the docstring's own layout, and each flag's default added to its help
+    (unless the help already says what the default is, or there is none)."""
+
+    def _get_help_string(self, action):
+        if action.default is None or action.default is False or "default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
+def settings_of(parser, besides: set) -> tuple:
+    """The flags that decide what a run writes (cli.record_settings: a --resume must keep them): every
+    flag of `parser` except those named in `besides` (what only says how fast, where, or how often to
+    log, validate or save). A new flag is thus a setting unless said otherwise: a resume refused by
+    mistake is safer than two settings mixed in one output."""
+    flags = [a.dest for a in parser._actions if a.default is not argparse.SUPPRESS]
+    unknown = besides - set(flags)
+    if unknown:
+        raise ValueError(f"not flags of this parser: {sorted(unknown)}")
+    return tuple(f for f in flags if f not in besides)
+
+
 class _Renamed(argparse.Action):
     def __init__(self, option_strings, dest, message, **kwargs):
         super().__init__(option_strings, dest, nargs="?", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
@@ -199,14 +221,11 @@ def problem_flags(group, *, required: bool, what: str = "the problems") -> None:
     group.add_argument("--problem-split", default=None, help="split of the problem source (e.g. test)")
     group.add_argument("--lcb-version", default="v6",
                        help="LiveCodeBench release, from the hub or a downloaded folder: v6 (the problems added in "
-                            "release 6: the paper's 175) or release_v6 (all up to 6) (default v6)")
+                            "release 6: the paper's 175) or release_v6 (all up to 6)")
     group.add_argument("--start-date", default=None, help="LiveCodeBench: problems from this contest date on "
                        "(YYYY-MM-DD; the paper's v6 window: 2025-01-01 to 2025-04-30)")
     group.add_argument("--end-date", default=None, help="LiveCodeBench: problems up to this contest date (YYYY-MM-DD)")
     group.add_argument("--limit", type=count, default=None, help="the first K problems only")
-
-
-PROBLEM_SETTINGS = ("problems", "problem_split", "lcb_version", "start_date", "end_date", "limit")
 
 
 def problems_of(args, **kw) -> list:
@@ -221,7 +240,7 @@ def grader_flags(group) -> None:
     from cobalt_min import graders
     group.add_argument("--grader", choices=list(graders.GRADERS), default=graders.DEFAULT,
                        help="whose verdict rules judge programs: the authors' (the paper's reward and tables) or "
-                            "LiveCodeBench's (its leaderboard); README lists where each differs (default authors)")
+                            "LiveCodeBench's (its leaderboard); docs/departures.md lists where each differs")
     group.add_argument("--timeout", type=positive, default=None,
                        help="seconds per test (default: the grader's: 4 for the authors, 6 for LiveCodeBench)")
 
@@ -239,7 +258,7 @@ def tracker_flag(group, tags: str) -> None:
     """--log-with, the same flag in collect.py, evaluate.py and train.py."""
     group.add_argument("--log-with", default="none", choices=TRACKERS,
                        help=f"a tracker that also gets this run's figures (its package must be installed: pip install "
-                            f"tensorboard / wandb; tensorboard writes under --out; tags {tags}; default none)")
+                            f"tensorboard / wandb; tensorboard writes under --out; tags {tags})")
 
 
 def check_tracker(name: str) -> None:

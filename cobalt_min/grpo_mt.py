@@ -5,7 +5,7 @@ VeRPO-MT). The policy rolls out whole conversations itself and is trained on all
 
 Why here and not a script of its own: the two methods differ only in how a step's batch is built. COBALT
 (train.cobalt_batch): contexts s_t from the reference policy's trajectories, ONE program sampled per
-context and scored by its immediate reward. GRPO-MT (mt_batch below): problems, G conversations per
+context and scored by its immediate reward. GRPO-MT (train.multi_turn_batch): problems, G conversations per
 problem rolled out by the CURRENT policy (T programs, feedback after each: rollout.rollout, the loop
 evaluate.py runs), each turn's program scored. Everything after the batch (log-probs, the clipped loss,
 KL, aggregation, AdamW, weight sync, checkpoints, metrics) is train.py's, unchanged: a row is one
@@ -30,8 +30,6 @@ import torch
 from cobalt_min.generation import Completion
 from cobalt_min.grpo import group_advantages
 from cobalt_min.rewards import training_reward
-from cobalt_min import cli
-from cobalt_min.rollout import rollout
 
 CREDITS = ("outcome", "reward-to-go")
 
@@ -64,15 +62,6 @@ def advantages(rewards: torch.Tensor, credit: str, eps: float) -> torch.Tensor:
     B, G, T = R.shape
     per_turn = R.permute(0, 2, 1).reshape(B * T, G)  # groups: (problem, turn) x the G conversations
     return group_advantages(per_turn, eps=eps).reshape(B, T, G).permute(0, 2, 1)
-
-
-def rollouts(problems: list, engine, args, seed: int, workers) -> tuple[list, dict]:
-    """G conversations of T programs per problem with the current policy (rollout.rollout with tokens
-    kept): (trajectories[b][g], timings {generate_s, execute_s})."""
-    return rollout(problems, engine, samples=args.group_size, feedback_turns=args.turns - 1, temperature=args.temperature,
-                   top_p=args.top_p, max_new_tokens=args.max_new_tokens, seed=seed, thinking=args.thinking,
-                   grader=cli.grader_of(args), workers=workers, progress=False, keep_tokens=True)
-
 
 
 def rows(trajectories: list) -> tuple[list, list, list]:

@@ -24,82 +24,41 @@ from transformers import DynamicCache
 from transformers.modeling_layers import GradientCheckpointingLayer
 
 
-# ----------------------------------------------------------------------------- the chunked LM head
+# ----------------------------------------------------------------------------- the definition: full sequences
 
 
-def _chunk_logits(h, weight, bias, temperature):
-    """float32 logits of one chunk, divided by the sampling temperature, without extra copies."""
-    logits = F.linear(h, weight, bias)
-    logits = logits.float() if logits.dtype != torch.float32 else logits
-    return logits.div_(temperature) if temperature != 1.0 else logits
+def naive_token_logprobs(model, input_ids, attention_mask, completion_mask, *, temperature: float = 1.0):
+    """The definition: full logits, float32 log-softmax over the vocabulary, gather -> (B, T): entry [b, t]
+    is log p(input_ids[b, t] | input_ids[b, :t]) where completion_mask[b, t] is 1, else 0 (pack_sequences
+    builds such rows). completion_logprobs computes the same numbers for train.py without the (B, T, V)
+    tensors. Memory: B x T x V floats (~9.7 GB for 8 x 2048 tokens at V = 151,936)."""
+    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1].float() / temperature
+    logp = logits.log_softmax(-1).gather(-1, input_ids[:, 1:, None]).squeeze(-1)  # (B, T-1)
+    out = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
+    out[:, 1:] = logp * completion_mask[:, 1:]
+    return out
 
 
-class _ChunkedTokenLogprob(torch.autograd.Function):
-    """log p(y) = (h W^T)[y] / tau - logsumexp(h W^T / tau), computed a chunk of tokens at a time.
+def pack_sequences(prompts: list[list[int]], completions: list[list[int]], pad_id: int, device=None):
+    """Right-pad prompt + completion token lists -> (input_ids, attention_mask, completion_mask), each (B, T).
 
-    Forward keeps only one (chunk, V) float32 block of logits alive; backward recomputes each block
-    and applies d logp / d logits = onehot(y) - softmax(logits) directly, so neither the (N, V)
-    logits nor their float32 log-softmax are ever stored. The price is one extra h W^T per chunk in
-    backward (the LM head only, not the transformer)."""
-
-    @staticmethod
-    def forward(ctx, hidden, weight, bias, targets, temperature, chunk):
-        # hidden (N, H), weight (V, H), targets (N,) -> logp (N,) float32
-        out = torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)
-        for s in range(0, hidden.shape[0], chunk):
-            logits = _chunk_logits(hidden[s:s + chunk], weight, bias, temperature)  # (c, V) float32
-            out[s:s + chunk] = logits.gather(1, targets[s:s + chunk, None]).squeeze(1) - logits.logsumexp(1)
-        ctx.save_for_backward(hidden, weight, bias, targets)
-        ctx.temperature, ctx.chunk = temperature, chunk
-        return out
-
-    @staticmethod
-    def backward(ctx, grad_out):
-        hidden, weight, bias, targets = ctx.saved_tensors
-        tau, chunk = ctx.temperature, ctx.chunk
-        need_h, need_w, need_b = ctx.needs_input_grad[:3]
-        grad_h = torch.empty_like(hidden) if need_h else None
-        # The LM head's gradient in the weight's own dtype (bf16 under FSDP's compute dtype, as FSDP keeps every
-        # other layer's), each chunk's product added in place: no float32 vocabulary x hidden buffer (2.5 GB
-        # for Qwen3-8B) and no temporary of that size per chunk.
-        grad_w = torch.zeros_like(weight) if need_w else None
-        grad_b = torch.zeros_like(bias, dtype=torch.float32) if (need_b and bias is not None) else None
-        for s in range(0, hidden.shape[0], chunk):
-            h = hidden[s:s + chunk]
-            logits = _chunk_logits(h, weight, bias, tau)
-            g = grad_out[s:s + chunk, None]  # (c, 1)
-            # d/dlogits of g * (logits[y] - logsumexp) = g * (onehot(y) - softmax), then the 1/tau.
-            # Computed in place in the logits buffer: one (c, V) float32 block alive at a time.
-            grad_logits = logits.sub_(logits.logsumexp(1, keepdim=True)).exp_().mul_(-g)
-            grad_logits.scatter_add_(1, targets[s:s + chunk, None], g)
-            if tau != 1.0:
-                grad_logits.div_(tau)
-            if need_h:
-                grad_h[s:s + chunk] = (grad_logits.to(weight.dtype) @ weight).to(hidden.dtype)
-            if need_w:
-                grad_w.addmm_(grad_logits.t().to(weight.dtype), h.to(weight.dtype))
-            if grad_b is not None:
-                grad_b += grad_logits.sum(0)
-        grad_b = grad_b.to(bias.dtype) if grad_b is not None else None
-        return grad_h, grad_w, grad_b, None, None, None
+    The completion mask comes from the lengths, never from comparing tokens with pad_id: many
+    tokenizers use the EOS token as padding, and masking "pad" tokens would then also mask the EOS
+    that ends each completion, which must be learned like any other token (it decides when to stop)."""
+    lengths = [len(p) + len(c) for p, c in zip(prompts, completions)]
+    T = max(lengths)
+    B = len(prompts)
+    input_ids = torch.full((B, T), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((B, T), dtype=torch.long)
+    completion_mask = torch.zeros((B, T), dtype=torch.long)
+    for b, (p, c) in enumerate(zip(prompts, completions)):
+        input_ids[b, :len(p) + len(c)] = torch.tensor(list(p) + list(c), dtype=torch.long)
+        attention_mask[b, :len(p) + len(c)] = 1
+        completion_mask[b, len(p):len(p) + len(c)] = 1
+    return input_ids.to(device), attention_mask.to(device), completion_mask.to(device)
 
 
-class LogprobModel(torch.nn.Module):
-    """A causal LM whose forward returns completion_logprobs. Wrap THIS with DDP/FSDP
-    (accelerator.prepare) so that the log-prob computation runs inside the wrapper's forward (gradient
-    sync, parameter gathering), while the chunked LM head stays outside Hugging Face's own forward."""
-
-    def __init__(self, lm, chunk_tokens: int = 256):
-        super().__init__()
-        self.lm = lm
-        self.chunk_tokens = chunk_tokens
-
-    def forward(self, prompt_ids, prompt_mask, completion_ids, completion_mask, prompt_index, temperature: float = 1.0):
-        batch = SequenceBatch(prompt_ids, prompt_mask, completion_ids, completion_mask, prompt_index)
-        return completion_logprobs(self.lm, batch, temperature=temperature, chunk_tokens=self.chunk_tokens)
-
-
-# ----------------------------------------------------------------------------- prompts shared by their completions
+# ----------------------------------------------------------------------------- train.py's pass: shared prompts
 
 
 @dataclasses.dataclass
@@ -199,6 +158,84 @@ def completion_logprobs(model, batch: SequenceBatch, *, temperature: float = 1.0
     return torch.zeros(cmask.shape, dtype=torch.float32, device=cmask.device).masked_scatter(valid, logp)
 
 
+class LogprobModel(torch.nn.Module):
+    """A causal LM whose forward returns completion_logprobs. Wrap THIS with DDP/FSDP
+    (accelerator.prepare) so that the log-prob computation runs inside the wrapper's forward (gradient
+    sync, parameter gathering), while the chunked LM head stays outside Hugging Face's own forward."""
+
+    def __init__(self, lm, chunk_tokens: int = 256):
+        super().__init__()
+        self.lm = lm
+        self.chunk_tokens = chunk_tokens
+
+    def forward(self, prompt_ids, prompt_mask, completion_ids, completion_mask, prompt_index, temperature: float = 1.0):
+        batch = SequenceBatch(prompt_ids, prompt_mask, completion_ids, completion_mask, prompt_index)
+        return completion_logprobs(self.lm, batch, temperature=temperature, chunk_tokens=self.chunk_tokens)
+
+
+# ----------------------------------------------------------------------------- tied to library internals
+# Below, the pieces tied to torch and transformers internals: a hand-written autograd function, DynamicCache
+# subclasses, checkpointed layers that keep a cache; each checked against the installed version where it is
+# used (_why_not_shared), with the plain path and a warning otherwise.
+
+
+def _chunk_logits(h, weight, bias, temperature):
+    """float32 logits of one chunk, divided by the sampling temperature, without extra copies."""
+    logits = F.linear(h, weight, bias)
+    logits = logits.float() if logits.dtype != torch.float32 else logits
+    return logits.div_(temperature) if temperature != 1.0 else logits
+
+
+class _ChunkedTokenLogprob(torch.autograd.Function):
+    """log p(y) = (h W^T)[y] / tau - logsumexp(h W^T / tau), computed a chunk of tokens at a time.
+
+    Forward keeps only one (chunk, V) float32 block of logits alive; backward recomputes each block
+    and applies d logp / d logits = onehot(y) - softmax(logits) directly, so neither the (N, V)
+    logits nor their float32 log-softmax are ever stored. The price is one extra h W^T per chunk in
+    backward (the LM head only, not the transformer)."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, targets, temperature, chunk):
+        # hidden (N, H), weight (V, H), targets (N,) -> logp (N,) float32
+        out = torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)
+        for s in range(0, hidden.shape[0], chunk):
+            logits = _chunk_logits(hidden[s:s + chunk], weight, bias, temperature)  # (c, V) float32
+            out[s:s + chunk] = logits.gather(1, targets[s:s + chunk, None]).squeeze(1) - logits.logsumexp(1)
+        ctx.save_for_backward(hidden, weight, bias, targets)
+        ctx.temperature, ctx.chunk = temperature, chunk
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        hidden, weight, bias, targets = ctx.saved_tensors
+        tau, chunk = ctx.temperature, ctx.chunk
+        need_h, need_w, need_b = ctx.needs_input_grad[:3]
+        grad_h = torch.empty_like(hidden) if need_h else None
+        # The LM head's gradient in the weight's own dtype (bf16 under FSDP's compute dtype, as FSDP keeps every
+        # other layer's), each chunk's product added in place: no float32 vocabulary x hidden buffer (2.5 GB
+        # for Qwen3-8B) and no temporary of that size per chunk.
+        grad_w = torch.zeros_like(weight) if need_w else None
+        grad_b = torch.zeros_like(bias, dtype=torch.float32) if (need_b and bias is not None) else None
+        for s in range(0, hidden.shape[0], chunk):
+            h = hidden[s:s + chunk]
+            logits = _chunk_logits(h, weight, bias, tau)
+            g = grad_out[s:s + chunk, None]  # (c, 1)
+            # d/dlogits of g * (logits[y] - logsumexp) = g * (onehot(y) - softmax), then the 1/tau.
+            # Computed in place in the logits buffer: one (c, V) float32 block alive at a time.
+            grad_logits = logits.sub_(logits.logsumexp(1, keepdim=True)).exp_().mul_(-g)
+            grad_logits.scatter_add_(1, targets[s:s + chunk, None], g)
+            if tau != 1.0:
+                grad_logits.div_(tau)
+            if need_h:
+                grad_h[s:s + chunk] = (grad_logits.to(weight.dtype) @ weight).to(hidden.dtype)
+            if need_w:
+                grad_w.addmm_(grad_logits.t().to(weight.dtype), h.to(weight.dtype))
+            if grad_b is not None:
+                grad_b += grad_logits.sum(0)
+        grad_b = grad_b.to(bias.dtype) if grad_b is not None else None
+        return grad_h, grad_w, grad_b, None, None, None
+
+
 class _PromptCache(DynamicCache):
     """The prompt pass's cache. Each layer stores its prompt keys and values once: a checkpointed layer
     runs again in backward, and a second update must not append them a second time (the replay
@@ -286,39 +323,3 @@ def _checkpointing(model) -> bool:
 def _cache_argument(module) -> str:
     """The name of a forward's KV-cache argument: transformers renamed past_key_values to cache."""
     return "cache" if "cache" in inspect.signature(module.forward).parameters else "past_key_values"
-
-
-# ----------------------------------------------------------------------------- full sequences (the definition)
-
-
-def naive_token_logprobs(model, input_ids, attention_mask, completion_mask, *, temperature: float = 1.0):
-    """The definition: full logits, float32 log-softmax over the vocabulary, gather -> (B, T): entry [b, t]
-    is log p(input_ids[b, t] | input_ids[b, :t]) where completion_mask[b, t] is 1, else 0 (pack_sequences
-    builds such rows). completion_logprobs computes the same numbers for train.py without the (B, T, V)
-    tensors. Memory: B x T x V floats (~9.7 GB for 8 x 2048 tokens at V = 151,936)."""
-    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1].float() / temperature
-    logp = logits.log_softmax(-1).gather(-1, input_ids[:, 1:, None]).squeeze(-1)  # (B, T-1)
-    out = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
-    out[:, 1:] = logp * completion_mask[:, 1:]
-    return out
-
-
-
-
-def pack_sequences(prompts: list[list[int]], completions: list[list[int]], pad_id: int, device=None):
-    """Right-pad prompt + completion token lists -> (input_ids, attention_mask, completion_mask), each (B, T).
-
-    The completion mask comes from the lengths, never from comparing tokens with pad_id: many
-    tokenizers use the EOS token as padding, and masking "pad" tokens would then also mask the EOS
-    that ends each completion, which must be learned like any other token (it decides when to stop)."""
-    lengths = [len(p) + len(c) for p, c in zip(prompts, completions)]
-    T = max(lengths)
-    B = len(prompts)
-    input_ids = torch.full((B, T), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros((B, T), dtype=torch.long)
-    completion_mask = torch.zeros((B, T), dtype=torch.long)
-    for b, (p, c) in enumerate(zip(prompts, completions)):
-        input_ids[b, :len(p) + len(c)] = torch.tensor(list(p) + list(c), dtype=torch.long)
-        attention_mask[b, :len(p) + len(c)] = 1
-        completion_mask[b, len(p):len(p) + len(c)] = 1
-    return input_ids.to(device), attention_mask.to(device), completion_mask.to(device)

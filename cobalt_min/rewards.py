@@ -22,6 +22,11 @@ REFLECTION_KEYWORDS = ("wait", "mistake", "however", "but", "retry", "error", "v
 _KEYWORD_PATTERNS = [re.compile(rf"\b{kw}\b") for kw in REFLECTION_KEYWORDS]
 
 
+def token_counter(tokenizer):
+    """count_tokens(text) -> tokens of `text` under `tokenizer` (the format reward's lengths)."""
+    return lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
 def correctness_reward(pass_rate: float, prev_best: float) -> float:
     """Staged correctness, then the improvement rule (paper §3).
 

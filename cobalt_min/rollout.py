@@ -84,24 +84,28 @@ def turn_record(t: int, response: str, program, scored_program, verdict: dict | 
 
 
 def sample_turn(engine, convs: list, live: list, t: int, *, samples: int, temperature: float, top_p: float,
-                max_new_tokens: int, seed: int) -> tuple[dict, dict]:
+                max_new_tokens: int, seed: int | list[int]) -> tuple[dict, dict]:
     """One engine call for turn t of the live conversations: ({(i, s): prompt}, {(i, s): Completion}). At
-    turn 0 every sample of a problem has the same prompt: it is asked once for `samples` completions."""
+    turn 0 every sample of a problem has the same prompt: it is asked once for `samples` completions.
+    seed: the call's (each turn's requests get seeds from it and their position), or one per problem:
+    then sample s of problem i at turn t is seeded seed[i] + t * samples + s, whatever else is in the call."""
+    per_problem = isinstance(seed, (list, tuple))
     if t == 0:
         prompts = {(i, s): engine.prompt_ids(convs[i][0]) for i in range(len(convs)) for s in range(samples)}
         outs = engine.sample([prompts[(i, 0)] for i in range(len(convs))], n=samples, temperature=temperature,
-                             top_p=top_p, max_new_tokens=max_new_tokens, seed=seed)
+                             top_p=top_p, max_new_tokens=max_new_tokens, seed=list(seed) if per_problem else seed)
         return prompts, {(i, s): outs[i][s] for i, s in live}
     prompts = {(i, s): engine.prompt_ids(convs[i][s]) for i, s in live}
     outs = engine.sample([prompts[key] for key in live], n=1, temperature=temperature, top_p=top_p,
-                         max_new_tokens=max_new_tokens, seed=seed + t)
+                         max_new_tokens=max_new_tokens,
+                         seed=[seed[i] + t * samples + s for i, s in live] if per_problem else seed + t)
     return prompts, {key: out[0] for key, out in zip(live, outs)}
 
 
 def rollout(problems: list, engine, *, samples: int, feedback_turns: int, temperature: float = 0.6, top_p: float = 0.95,
-            max_new_tokens: int = 8192, seed: int = 0, thinking: bool = False, stop_on_public_pass: bool = False,
-            grader=None, workers=None, feedback_tests: list | None = None, progress: bool = True,
-            keep_tokens: bool = False):
+            max_new_tokens: int = 8192, seed: int | list[int] = 0, thinking: bool = False,
+            stop_on_public_pass: bool = False, grader=None, workers=None, feedback_tests: list | None = None,
+            progress: bool = True, keep_tokens: bool = False):
     """Run `samples` conversations per problem for turn 0 plus `feedback_turns` feedback turns (a script's
     --turns counts programs: feedback_turns = turns - 1).
 
@@ -111,6 +115,8 @@ def rollout(problems: list, engine, *, samples: int, feedback_turns: int, temper
     keep_tokens: each turn's record also holds the prompt as the model saw it (`prompt_ids`) and the
     sampled tokens (`token_ids`, `finished`) and the verdict on each true test (`tests_passed`): what online
     multi-turn training (train.py --method grpo-mt, verpo-mt) learns on.
+    seed: an int (the call's), or one seed per problem (train.py: by the problem's position in the global
+    batch, so that a conversation does not depend on the number of ranks; sample_turn says how it is used).
     Returns (trajectories, timings): trajectories[i][s] is the record of problem i, sample s."""
     feedback_tests = feedback_tests or [p.public_tests for p in problems]
     grader = graders.get(grader)

@@ -10,10 +10,11 @@ arguments of `fn_name` (a top-level function, or a method of `Solution()` when t
 `class Solution`) and each output is the expected return value.
 
 This file decides verdicts (grade_test, Sandbox.run, by the rules of a grader profile: graders.py, the
-authors' by default) and holds what users call (run_tests, run_batch, run_programs, pass_rate, the CLI). Imports run one way: this file -> the process
-machinery (sandbox_process.py: runner processes, isolation, cgroups, uid leases) -> the runner
+authors' by default) and holds what users call (run_tests, run_batch, run_programs, pass_rate, the
+CLI). Imports run one way: this file -> the process machinery (sandbox_process.py: runner processes and
+the channel to them; sandbox_isolation.py: isolation modes, cgroups, uid leases) -> the runner
 (sandbox_runner.py), all above the shared vocabulary (sandbox_types.py: Limits, TestResult,
-SandboxError). A reader of the paper can skip all but this file. How it is built (README "Sandbox"):
+SandboxError). A reader of the paper can skip all but this file. How it is built (docs/sandbox.md):
 - A sandbox is ONE long-lived runner process (sandbox_runner.py), started inside bubblewrap
   (isolation="bwrap") or, when the grader is root, in namespaces the runner makes itself
   (isolation="process"). Either way: no network, its own pid and ipc namespaces, a file system holding
@@ -62,9 +63,9 @@ import signal
 import threading
 from pathlib import Path
 
-from cobalt_min.sandbox_process import (CGROUP_SLACK_MB, ISOLATIONS, SANDBOX_UID_BASE, UNSAFE_ENV,  # noqa: F401
-                                        Runner, bwrap_available, cgroup_support, imported_modules,
-                                        require_safe_sandbox, resolve_isolation)
+from cobalt_min.sandbox_isolation import (CGROUP_SLACK_MB, ISOLATIONS, SANDBOX_UID_BASE, UNSAFE_ENV,  # noqa: F401
+                                          bwrap_available, cgroup_support, require_safe_sandbox, resolve_isolation)
+from cobalt_min.sandbox_process import Runner, imported_modules  # noqa: F401
 from cobalt_min import graders
 from cobalt_min.graders import Grader
 from cobalt_min.sandbox_types import OUT_OF_TIME, STATUSES, Limits, SandboxError, TestResult  # noqa: F401

@@ -20,11 +20,11 @@ class Limits:
     # caps output: this is a safety cap, far above what a competitive-programming answer prints.
     output_bytes: int = 16 << 20
     # A program's whole suite: the authors run 4 tests at a time within 27 s and score a program that runs
-    # out 0. Here tests run one after another, so the budget is total_timeout_s * min(parallel_tests, n)
+    # out 0. Here tests run one after another, so the budget is total_timeout_s * min(budget_tests, n)
     # seconds of tests, and a program that runs out fails every test (OUT_OF_TIME). (graders.py: each
     # profile's own rule.)
     total_timeout_s: float = 27.0
-    parallel_tests: int = 4
+    budget_tests: int = 4  # the suite budget counts this many tests at most (the authors: 4 at a time)
     max_files: int = 64  # open file descriptors
     max_procs: int = 64  # processes + threads of the sandbox (reserved uid, or bwrap's own user namespace)
     tmp_mb: int = 64  # size of the private writable /tmp (bwrap)

@@ -1,5 +1,5 @@
 """VeRPO-MT's rewards and advantages: the paper's second online multi-turn baseline (VeRPO, arXiv
-2601.03525, section 4; README's comparison section says where this follows COBALT's environment instead).
+2601.03525, section 4; docs/departures.md says where this follows COBALT's environment instead).
 
 A group is the N conversations rolled out for one problem; conversation i has L_i <= T turns, and turn t of
 it passes test j of the problem's m tests (p[i,t,j] = 1) or not. Nothing here knows about models or

@@ -53,3 +53,28 @@ def tensorboard_scalars(folder) -> dict:
         for tag in acc.Tags()["scalars"]:
             scalars.setdefault(tag, {}).update({e.step: e.value for e in acc.Scalars(tag)})
     return scalars
+
+
+def tiny_lm(vocab=64, tie=False, seed=0):
+    """A tiny random Qwen3 language model (2 layers, float32) built from a config."""
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+    torch.manual_seed(seed)
+    cfg = Qwen3Config(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=8, tie_word_embeddings=tie,
+                      max_position_embeddings=256)
+    return Qwen3ForCausalLM(cfg).float()
+
+
+def rows_logprobs(model, prompts, completions, **kw):
+    """completion_logprobs of one completion per prompt -> ((R, C) log-probs, (R, C) completion mask)."""
+    from cobalt_min.logprobs import completion_logprobs, pack_groups
+    batch = pack_groups(prompts, completions, list(range(len(prompts))), pad_id=0)
+    return completion_logprobs(model, batch, **kw), batch.completion_mask
+
+
+def start_script(script: str, *args):
+    """Start one of the repository's scripts (collect.py, evaluate.py, ...) with this Python, output piped."""
+    import subprocess
+    return subprocess.Popen([sys.executable, os.path.join(ROOT, script), *map(str, args)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=ROOT)

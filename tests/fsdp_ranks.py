@@ -41,11 +41,11 @@ want = LogprobModel(plain, chunk_tokens=5)(*mine.fields(), 0.7)
 assert torch.allclose(logp, want, atol=1e-5), (logp, want)
 with torch.no_grad():
     assert torch.allclose(ref(*mine.fields(), 0.7), want, atol=1e-5)
-# A no-gradient forward leaves FSDP2's root unit (embeddings, LM head) gathered; train.batched_logprobs
+# A no-gradient forward leaves FSDP2's root unit (embeddings, LM head) gathered; learner.batched_logprobs
 # gives its shards back (the reference would otherwise hold them all run long).
 assert not all(isinstance(p, DTensor) for p in ref.parameters())
-import train  # noqa: E402
-assert torch.allclose(train.batched_logprobs(ref, mine, 0.7, [torch.arange(len(rows))]), want, atol=1e-5)
+from cobalt_min.learner import batched_logprobs  # noqa: E402
+assert torch.allclose(batched_logprobs(ref, mine, 0.7, [torch.arange(len(rows))]), want, atol=1e-5)
 assert all(isinstance(p, DTensor) for p in ref.parameters())
 logp.sum().backward()  # FSDP averages the ranks' gradients: that of the whole batch's sum / 2
 whole = LogprobModel(plain, chunk_tokens=5)(*batch.fields(), 0.7)

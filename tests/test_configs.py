@@ -1,4 +1,4 @@
-"""The accelerate configs under configs/ (the README's multi-GPU recipes) parse, and accelerate's
+"""The accelerate configs under configs/ (docs/full_scale.md's multi-GPU recipes) parse, and accelerate's
 launcher turns each into the environment train.py's processes start with (never Accelerate's FSDP,
 which train.py refuses: --fsdp shards with FSDP2 itself); bench/gpu_check.py runs on
 the CPU in its dry-run mode."""
@@ -51,7 +51,7 @@ def test_gpu_check_dry_run_on_cpu(tmp_path):
 
 @pytest.mark.parametrize("family", ["llama", "qwen3"])
 def test_memory_plan_counts_the_parameters_of_real_models(family):
-    # bench/memory_plan.py (README's memory plan) counts parameters as the models have them.
+    # bench/memory_plan.py (docs/full_scale.md's memory plan) counts parameters as the models have them.
     import subprocess
     import sys
     from memory_plan import parameter_counts, plan

@@ -77,3 +77,18 @@ def test_shortened_demo_produces_every_artefact(tmp_path):
     for label in ("eval_before", "eval_after", "eval_after_ptb", "reward_mean"):
         assert f'data-label="{label}"' in page, label
     drop_model_weights(out)
+
+
+def test_demo_step_seconds_are_summed_and_bad_lines_named(tmp_path):
+    from cobalt_min.demo_summary import step_seconds, time_lines, train_phase_seconds
+    (tmp_path / "step_seconds.tsv").write_text("model\t3\ncollect\t10\ncollect\t5\ntrain\t40\n")
+    assert step_seconds(tmp_path) == {"model": 3, "collect": 15, "train": 40}  # an interrupted step, resumed: summed
+    phases = train_phase_seconds([{"generate_s": 1.0, "update_s": 2.0, "step_s": 4.0},
+                                  {"generate_s": 1.5, "update_s": 2.5, "step_s": 5.0}])
+    assert phases == {"generate_s": 2.5, "update_s": 4.5, "step_s": 9.0}
+    assert time_lines(step_seconds(tmp_path), phases) == [
+        "time per step (s): model 3, collect 15, train 40; total 58",
+        "training phases summed over steps (s): generate 2.5, update 4.5, step 9.0"]
+    (tmp_path / "step_seconds.tsv").write_text("model\tabc\n")
+    with pytest.raises(ValueError, match="step_seconds.tsv line 1 is not"):
+        step_seconds(tmp_path)

@@ -3,7 +3,7 @@ its ranks (torchrun), DDP through Accelerate and FSDP2 (--fsdp), each checked ag
 
 How the runs are made equal: the reward is the sanity reward (a share of given tokens: no execution, no
 timing), and a run's samples do not depend on the number of ranks (each context's seed comes from its
-position in the global batch; train.seeds_of_share); the weights then differ between the runs by float
+position in the global batch; learner.seeds_of_share); the weights then differ between the runs by float
 rounding only, which moves no sample of a tiny model. So the rewards must be identical, and the losses,
 gradient norms, KL and final weights equal to float tolerance: the gradient of a batch split over ranks
 is the gradient of the whole batch. Each test asserts the world size it ran with (a launcher that

@@ -127,7 +127,7 @@ def test_the_fast_cpu_paths_compute_the_same_logits(tiny_model_dir):
     # of the plain model with transformers' own DynamicCache.
     from transformers import AutoModelForCausalLM, DynamicCache
 
-    from cobalt_min.generation import packed_linears, roomy_cache
+    from cobalt_min.generation_speed import packed_linears, roomy_cache
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
     ids = torch.randint(3, model.config.vocab_size, (3, 7), generator=torch.Generator().manual_seed(0))
     mask = torch.ones_like(ids)
@@ -163,7 +163,7 @@ def test_the_fast_cpu_paths_compute_the_same_logits(tiny_model_dir):
 def test_prompts_sharing_a_prefix_in_several_groups_sample_as_the_definition(tiny_model_dir):
     # More prompts than one prefill group, of many lengths, all starting with the same long system prompt:
     # the shared prefix is run once and the rest in groups; samples stay those of the definition.
-    from cobalt_min.generation import PREFILL_GROUP
+    from cobalt_min.generation_speed import PREFILL_GROUP
     engine = HFEngine(tiny_model_dir, device="cpu")
     system = {"role": "system", "content": "You are a careful assistant. " * 4}
     convs = [[system, {"role": "user", "content": "q" * (1 + 3 * k)}] for k in range(PREFILL_GROUP + 3)]
@@ -214,17 +214,20 @@ def test_stop_after_code_ends_a_response_with_its_first_code_block(tiny_model_di
 
 
 def test_without_transformers_dynamic_layer_the_plain_cache_is_used(tiny_model_dir, monkeypatch, capsys):
-    # The speed path leans on transformers' DynamicLayer; a version without it takes the plain path, says so
-    # once, and samples the same tokens.
+    # The speed path (generation_speed) leans on transformers' DynamicLayer; a version without it takes the
+    # plain left-padded prefill, says so once, and samples the same tokens. The prompts share a prefix and
+    # differ in length, so the plain path's padding and mask are exercised (the speed path lays them out
+    # otherwise: padding between the shared prefix and each prompt's own tokens).
     import transformers.cache_utils
-    from cobalt_min import generation
+    from cobalt_min import generation_speed
     from cobalt_min.generation import HFEngine
     engine = HFEngine(tiny_model_dir)
-    prompt = [engine.prompt_ids([{"role": "user", "content": "Say hi."}])] * 3
-    want = [c.token_ids for c in engine.sample(prompt, n=2, temperature=1.0, max_new_tokens=6, seed=3)[0]]
+    prompts = [engine.prompt_ids([{"role": "user", "content": "Say hi" + "!" * k}]) for k in (0, 3, 7)]
+    assert len({len(p) for p in prompts}) == 3 and generation_speed.common_prefix_length(prompts) > 5
+    want = [[c.token_ids for c in cs] for cs in engine.sample(prompts, n=2, temperature=1.0, max_new_tokens=6, seed=3)]
     monkeypatch.delattr(transformers.cache_utils, "DynamicLayer")
-    monkeypatch.setattr(generation, "_NOTED", [])
-    got = [c.token_ids for c in engine.sample(prompt, n=2, temperature=1.0, max_new_tokens=6, seed=3)[0]]
+    monkeypatch.setattr(generation_speed, "_NOTED", [])
+    got = [[c.token_ids for c in cs] for cs in engine.sample(prompts, n=2, temperature=1.0, max_new_tokens=6, seed=3)]
     assert got == want
     assert capsys.readouterr().out.count("has no DynamicLayer") == 1
 

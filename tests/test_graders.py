@@ -3,7 +3,7 @@
 tests/data/grader_corpus.json holds problems in LiveCodeBench's record format and programs that probe each
 rule, with the verdict of every test by LiveCodeBench's lcb_runner and by the authors' remote_reward_server,
 both run as they are (bench/reference_graders.py). Each profile must agree with its reference on every pair,
-but for the pairs that README's departures list names, where it must disagree in the named way: the
+but for the pairs that docs/departures.md names, where it must disagree in the named way: the
 reference's harness fails a program that a plain python3 runs correctly, and the profile passes it."""
 import json
 from pathlib import Path
@@ -16,7 +16,7 @@ from cobalt_min.sandbox import run_batch, run_tests
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = json.loads((ROOT / "tests" / "data" / "grader_corpus.json").read_text())
-README = " ".join((ROOT / "README.md").read_text().split())  # (words, whatever the line breaks)
+DEPARTURES = " ".join((ROOT / "docs" / "departures.md").read_text().split())  # (words, whatever the line breaks)
 
 
 @pytest.fixture(scope="module", params=list(graders.GRADERS))
@@ -50,11 +50,11 @@ def test_each_profile_agrees_with_its_reference_but_where_readme_departs(judged)
         assert len(departed) == 7, [p["id"] for p in departed]
 
 
-def test_readme_lists_every_departure():
+def test_the_departures_page_lists_every_departure():
     named = {d for pair in CORPUS["pairs"] for d in pair["departures"].values()}
     assert named, "the corpus names no departure"
     for departure in named:
-        assert departure in README, departure
+        assert departure in DEPARTURES, departure
 
 
 def test_the_corpus_probes_what_the_issue_found():

@@ -133,9 +133,10 @@ def test_grpo_mt_steps_in_one_process_and_on_two_ranks(tiny_model_dir, problems,
 
 
 def test_verpo_mt_steps_in_one_process_and_on_two_ranks(tiny_model_dir, problems, tmp_path):
-    """VeRPO-MT: GRPO-MT's rollouts and rows, its own advantages; one process and two real CPU ranks."""
-    one = subprocess.run([sys.executable, *mt_args(tiny_model_dir, problems, tmp_path / "one", "verpo-mt")], cwd=ROOT,
-                         capture_output=True, text=True, timeout=600)
+    """VeRPO-MT: GRPO-MT's rollouts and rows, its own advantages; one process and two real CPU ranks compute the
+    same run (each problem's conversations are seeded by its position in the global batch, not by rank)."""
+    one = subprocess.run([sys.executable, *mt_args(tiny_model_dir, problems, tmp_path / "one", "verpo-mt"),
+                          "--mini-batches", "1"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert one.returncode == 0, one.stderr[-3000:]
     assert "2 problems x 3 conversations of 2 programs (VeRPO-MT, alpha 2, gamma 0.95, beta 1)" in one.stderr
     rows = metrics(tmp_path / "one")
@@ -147,7 +148,14 @@ def test_verpo_mt_steps_in_one_process_and_on_two_ranks(tiny_model_dir, problems
                          env=dict(os.environ, ACCELERATE_USE_CPU="true"))
     assert two.returncode == 0, two.stderr[-3000:]
     assert "on 2 process(es)" in two.stderr
-    assert [m["programs_trained"] for m in metrics(tmp_path / "two")] == [12, 12]
+    both = metrics(tmp_path / "two")
+    assert [m["programs_trained"] for m in both] == [12, 12]
+    for key in ("reward_mean", "pass_rate", "verpo_turn_reward_mean", "verpo_outcome_mean", "response_len"):
+        assert [m[key] for m in both] == pytest.approx([m[key] for m in rows], abs=1e-6), key  # the same samples
+    for key in ("loss", "grad_norm", "kl"):
+        assert [m[key] for m in both] == pytest.approx([m[key] for m in rows], rel=1e-4, abs=1e-6), key
+    # (The tiny random model passes no test, so VeRPO's advantages are 0 and the weights hardly move here; that a
+    # run with real updates does not depend on its ranks, test_distributed.py shows for the shared update.)
 
 
 @pytest.mark.slow
@@ -167,6 +175,10 @@ def test_shortened_comparison_writes_everything(tmp_path):
         assert entry["paired_change_vs_base"]["problems"] == 2
         assert entry["training"]["programs_trained"] == 2 * 2 * 2  # the same programs sampled online
         assert entry["training"]["s_per_program"] > 0 and entry["training"]["tokens_per_program"] > 0
+        assert len(entry["training"]["reward_per_step"]) == entry["training"]["steps"]
+    # the training reward is a different quantity per method: comparison.json says which
+    assert "immediate" in result["methods"]["COBALT"]["training"]["reward_per_step_is"]
+    assert "return" in result["methods"]["GRPO-MT"]["training"]["reward_per_step_is"]
     for entry in result["methods"].values():  # every conversation is failing or passing before turn 1
         [c] = entry["turn_changes"]
         assert c["turn"] == 1 and c["failing_before"] + c["passing_before"] == 2 * 2

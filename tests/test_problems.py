@@ -288,6 +288,7 @@ def test_hub_sources_download_the_right_files(tmp_path, monkeypatch):
 
 
 def test_taco_cleaning_rules():
+    from cobalt_min.taco_cleaning import clean_taco
     good = "a, b = map(int, input().split())\nprint(a + b)\n"
     wrong = "print(0)\n"
     long_q = "Read two integers a and b and print their sum a + b. " * 5
@@ -304,7 +305,7 @@ def test_taco_cleaning_rules():
     probs = [prob("ok"), prob("short", question="Sum them."), prob("img", question=long_q + " see image below"),
              prob("few", n_tests=7), many, prob("late-right", solutions=(wrong, wrong, good)),
              prob("none-right", solutions=(wrong,)), prob("no-solution", solutions=())]
-    kept, dropped = P.clean_taco(probs, seed=1, progress=False)
+    kept, dropped = clean_taco(probs, seed=1, progress=False)
     assert sorted(p.id for p in kept) == ["late-right", "many", "ok"]
     assert dropped == {"question under 100 alphanumeric characters": 1, "question with an image": 1,
                        "fewer than 8 tests": 1, "no reference solution passes all tests": 1,
@@ -317,7 +318,7 @@ def test_taco_cleaning_rules():
     ok = next(p for p in kept if p.id == "ok")
     assert ok.all_tests() == next(p for p in probs if p.id == "ok").all_tests()  # source order, no shuffle
     assert next(p for p in kept if p.id == "late-right").solutions[0] == good  # the verified one first
-    again, _ = P.clean_taco(probs, seed=1, progress=False)
+    again, _ = clean_taco(probs, seed=1, progress=False)
     assert [p.to_dict() for p in again] == [p.to_dict() for p in kept]  # seeded: deterministic
 
 

@@ -175,7 +175,7 @@ def test_timeouts_are_per_test_and_total_is_capped(isolation):
     assert 0.5 <= results[1].time_s < 1.0 and time.monotonic() - start < 3.0
     start = time.monotonic()
     results = run_tests(program, {"inputs": ["slow\n"] * 5, "outputs": ["ok\n"] * 5}, timeout_s=0.5,
-                        total_timeout_s=1.2, parallel_tests=1, isolation=isolation)
+                        total_timeout_s=1.2, budget_tests=1, isolation=isolation)
     assert [r.status for r in results] == ["timeout"] * 5
     assert time.monotonic() - start < 3.0
 
@@ -395,7 +395,7 @@ def test_honest_programs_with_many_threads_fit_the_memory_limit(isolation):
 
 
 def test_auto_refuses_an_unsafe_mode_and_says_how_to_opt_in(monkeypatch):
-    import cobalt_min.sandbox_process as sandbox_module  # where the isolation policy lives
+    import cobalt_min.sandbox_isolation as sandbox_module  # where the isolation policy lives
     monkeypatch.setattr(sandbox_module, "bwrap_available", lambda: False)
     monkeypatch.setattr(sandbox_module.os, "geteuid", lambda: 1000)  # a user without root
     monkeypatch.delenv(sandbox_module.UNSAFE_ENV, raising=False)
@@ -433,7 +433,7 @@ def test_uid_leases_are_machine_wide_whatever_tmpdir(tmp_path):
     import os
     if os.geteuid() != 0:
         pytest.skip("uid leases are for a root grader")
-    code = ("import sys, time\nfrom cobalt_min.sandbox_process import _UidLease\nlease = _UidLease()\n"
+    code = ("import sys, time\nfrom cobalt_min.sandbox_isolation import UidLease\nlease = UidLease()\n"
             "print(lease.uid, flush=True)\nsys.stdin.read()\n")
     procs = []
     for name in ("a", "b"):
@@ -472,7 +472,7 @@ def test_the_scratch_folder_is_emptied_whatever_its_depth_and_modes(tmp_path):
 def test_the_programs_folder_holds_nothing_but_their_files(isolation):
     # A checkout or venv under /tmp is bound into the sandbox: its mount point must never sit in the
     # programs' folder (it showed there, and no clean-up could remove it).
-    from cobalt_min.sandbox_process import scratch_folder
+    from cobalt_min.sandbox_isolation import scratch_folder
     assert scratch_folder(["/usr/lib/python3.11", "/root/.venv"]) == "/tmp"
     assert scratch_folder(["/tmp/ci/.venv", "/usr/lib/python3.11"]) == "/scratch"
     assert scratch_folder(["/tmp/a", "/scratch/b"]) == "/cobalt-scratch"

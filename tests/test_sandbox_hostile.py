@@ -219,7 +219,7 @@ def test_memory_is_bounded_for_all_processes_of_a_test_together(hostile):
     # (root here) the test ends memory_limit and the machine's available memory drops by about the limit +
     # the sandbox's slack (320 MiB) plus what the sandbox's own processes take (measured 97-380 MiB in all
     # on CI-like machines); without one (no delegated cgroup for a non-root grader) the per-process limit
-    # is all there is, as README says, and it drops by most of the 1080 MiB. The machine-wide figure is
+    # is all there is, as docs/sandbox.md says, and it drops by most of the 1080 MiB. The machine-wide figure is
     # noisy, so the line between the two lies halfway.
     run, _ = hostile
     case = run["memory_together"]
@@ -288,7 +288,7 @@ def test_memory_outside_the_address_space_is_refused_or_counted(hostile):
     assert _statuses(run, "nested_namespaces") == ["passed"], run["nested_namespaces"]["results"]
     assert _statuses(run, "socket_buffers") == ["passed"], run["socket_buffers"]["results"]
     # About 1 GiB of memory files: with a cgroup the sandbox's memory limit holds and the verdict says so,
-    # whichever process the kernel chose to kill; without one, README's per-process bound is all there is.
+    # whichever process the kernel chose to kill; without one, docs/sandbox.md's per-process bound is all there is.
     expected = ["memory_limit"] if run["_cgroup"] else ["passed"]
     assert _statuses(run, "memfd_hoard") == expected, run["memfd_hoard"]["results"]
     for name in ("nested_namespaces", "socket_buffers"):

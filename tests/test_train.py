@@ -125,7 +125,7 @@ def test_clear_errors(tiny_model_dir, tmp_path):
     assert proc.returncode != 0 and "does not exist" in proc.stderr
     proc = train(tmp_path / "o6", tiny_model_dir, write_contexts(tmp_path / "c3.jsonl", short=True), "--batch-size", "8")
     assert proc.returncode != 0 and "4 training contexts are fewer than --batch-size 8" in proc.stderr
-    from cobalt_min.generation import vllm_build
+    from cobalt_min.vllm_engine import vllm_build
     if vllm_build() is None:  # refused at once, before the model loads
         proc = train(tmp_path / "o5", tiny_model_dir, write_contexts(tmp_path / "c2.jsonl", short=True),
                      "--engine", "vllm")
@@ -151,34 +151,6 @@ def test_two_processes_drop_the_same_long_contexts_at_load(tiny_model_dir, tmp_p
     assert [m["dropped_long_contexts"] for m in metrics(tmp_path / "ddp")] == [3, 3]
 
 
-def test_perturbed_contexts_given_are_used():
-    sys.path.insert(0, ROOT)
-    from train import drop_long_contexts, mix_perturbed
-    clean, perturbed = [{"c": i} for i in range(6)], [{"p": i} for i in range(4)]
-    assert mix_perturbed(clean, perturbed, None, 0) == clean + perturbed  # default: all of them, as the paper
-    mixed = mix_perturbed(clean, perturbed, 0.25, 0)  # 2 perturbed : 6 clean
-    assert mixed[:6] == clean and len(mixed) == 8 and all("p" in c for c in mixed[6:])
-    for useless in (0.0, -0.1, 1.0, 0.01):  # a fraction that adds nothing (or everything) is an error
-        with pytest.raises(SystemExit):
-            mix_perturbed(clean, perturbed, useless, 0)
-    kept, dropped = drop_long_contexts([{"messages": "ab"}, {"messages": "abcdef"}], len, 4)
-    assert kept == [{"messages": "ab"}] and dropped == 1
-
-
-def test_the_frozen_reference_keeps_the_policys_buffers(tiny_model_dir):
-    # Parameters in the compute dtype, buffers (the rotary inv_freq, float32) exactly as the policy's.
-    import train
-    from cobalt_min.generation import load_model
-    _, policy = load_model(tiny_model_dir, dtype=torch.float32, trainable=True)
-    ref = train.frozen(policy, torch.bfloat16)
-    buffers = dict(policy.named_buffers())
-    assert buffers and any(b.is_floating_point() for b in buffers.values())
-    for name, b in ref.named_buffers():
-        assert b.dtype == buffers[name].dtype and torch.equal(b, buffers[name]), name
-    assert all(p.dtype == torch.bfloat16 and not p.requires_grad for p in ref.parameters())
-    assert all(p.dtype == torch.float32 and p.requires_grad for p in policy.parameters())  # untouched
-
-
 def test_kl_to_the_reference_is_exactly_zero_before_the_first_update(tiny_model_dir, tmp_path):
     # Step 1 with one mini-batch: the policy has not moved, so under bf16 compute its KL to the reference
     # (the same weights) must be exactly 0.
@@ -195,24 +167,6 @@ def test_kl_to_the_reference_is_exactly_zero_before_the_first_update(tiny_model_
     assert {w.dtype for w in weights.values()} == {torch.bfloat16}
 
 
-def test_an_optimizer_step_with_a_non_finite_gradient_is_skipped():
-    # One NaN in a gradient would make every weight NaN for good: the step is skipped, the gradients cleared,
-    # the weights and the optimizer's state untouched; a finite gradient steps as usual.
-    import train
-    torch.manual_seed(0)
-    model = torch.nn.Linear(3, 2)
-    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
-    before = [p.detach().clone() for p in model.parameters()]
-    model(torch.ones(1, 3)).sum().backward()
-    model.weight.grad[0, 0] = float("nan")
-    assert train.optimizer_step(model, opt, 1.0) is None
-    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
-    assert all(p.grad is None for p in model.parameters()) and not opt.state
-    model(torch.ones(1, 3)).sum().backward()
-    norm = train.optimizer_step(model, opt, 1.0)
-    assert norm is not None and norm > 0 and not torch.equal(before[0], model.weight)
-
-
 def test_a_run_stops_after_too_many_non_finite_steps_in_a_row(tiny_model_dir, tmp_path):
     # A learning rate of 1e30 makes the first update's weights huge and the later gradients NaN.
     ctx = write_contexts(tmp_path / "ctx.jsonl", short=True)
@@ -223,35 +177,6 @@ def test_a_run_stops_after_too_many_non_finite_steps_in_a_row(tiny_model_dir, tm
     assert "Traceback" not in proc.stderr[-3000:]
     rows = metrics(tmp_path / "run") if (tmp_path / "run" / "metrics.jsonl").exists() else []
     assert all(m["rank_spread_s"] == 0.0 for m in rows)  # (one rank: no spread)
-
-
-def test_micro_batches_by_tokens_keep_a_contexts_rows_together():
-    import types
-    import train
-    from cobalt_min.logprobs import pack_groups
-    prompts = [[5] * 10, [6] * 3, [7] * 50]
-    lengths = [5, 5, 5, 2, 2, 4, 4, 4]  # contexts 0, 0, 0, 1, 1, 2, 2, 2
-    seq = pack_groups(prompts, [[9] * n for n in lengths], [0, 0, 0, 1, 1, 2, 2, 2], pad_id=0)
-
-    class OneRank:
-        device = torch.device("cpu")
-
-        def __init__(self, counts=None):
-            self.counts = counts
-
-        def gather(self, t):
-            return torch.tensor(self.counts) if self.counts else t
-
-    args = types.SimpleNamespace(micro_batch_tokens=30, micro_batch_size=4)
-    plan = [p.tolist() for p in train.micro_batches(seq, torch.arange(8), args, OneRank())]
-    # context 0 (10 + 15 tokens) fits; context 1 (3 + 4) does not fit beside it; context 2 (50 + 12) is over
-    # the budget alone: its rows one by one, each with the prompt.
-    assert plan == [[0, 1, 2], [3, 4], [5], [6], [7]], plan
-    # Another rank has 7: this one halves its largest micro-batches until it has 7 too.
-    plan = [p.tolist() for p in train.micro_batches(seq, torch.arange(8), args, OneRank([5, 7]))]
-    assert len(plan) == 7 and sorted(r for p in plan for r in p) == list(range(8)), plan
-    args.micro_batch_tokens = None
-    assert [p.tolist() for p in train.micro_batches(seq, torch.arange(8), args, OneRank())] == [[0, 1, 2, 3], [4, 5, 6, 7]]
 
 
 def test_micro_batches_by_tokens_train_as_micro_batches_of_one_row(tiny_model_dir, tmp_path):

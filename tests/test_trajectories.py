@@ -1,21 +1,12 @@
 """Offline data (paper §4): dynamic sampling, the trajectory filter, max-variance down-sampling,
-partial trajectories with their stops, and collect.py end to end with resume and --process-only."""
-import json
-import os
+partial trajectories with their stops. (collect.py end to end: test_collect.py.)"""
 import random
-import signal
-import subprocess
-import sys
-import time
 
 import numpy as np
-import pytest
 
 from cobalt_min import prompts as PR
 from cobalt_min.trajectories import build_contexts, cut_contexts, max_variance_downsample, select_trajectories
-from conftest import tensorboard_scalars
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PASSED = PR.FEEDBACK_HEADER.format(feedback=PR.ALL_PUBLIC_PASSED)
 FAILED = PR.FEEDBACK_HEADER.format(feedback="Input:\n1\nYour output:\n2\nExpected output:\n3")
 
@@ -98,57 +89,3 @@ def test_contexts_are_shuffled_with_a_seed():
     c, _ = build_contexts(recs, tests, seed=4)
     assert a == b and a != c and len(a) == stats["contexts"] == 5 * (1 + 2 * 3)
     assert stats["contexts_per_turn"] == {0: 5, 1: 10, 2: 10, 3: 10}
-
-
-def collect(out, model, *extra):
-    return subprocess.Popen([sys.executable, os.path.join(ROOT, "collect.py"), "--model", model, "--problems", "demo",
-                             "--trajectories", "2", "--turns", "2", "--max-new-tokens", "16", "--engine", "hf",
-                             "--batch-problems", "1", "--out", str(out), *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
-
-
-def test_collect_end_to_end_resume_and_process_only(tiny_model_dir, tmp_path):
-    killed = collect(tmp_path, tiny_model_dir, "--limit", "3")
-    raw = tmp_path / "raw.jsonl"
-    deadline = time.time() + 200
-    while time.time() < deadline and not (raw.exists() and raw.read_text().count("\n") >= 1):
-        time.sleep(0.05)
-    killed.send_signal(signal.SIGKILL)
-    killed.wait()
-    with open(raw, "a") as f:
-        f.write('{"problem_id": "demo/half-writ')  # what a kill in the middle of a write leaves
-    proc = collect(tmp_path, tiny_model_dir, "--limit", "3", "--resume")
-    out, err = proc.communicate(timeout=300)
-    assert proc.returncode == 0, err[-2000:]
-    records = [json.loads(x) for x in raw.read_text().splitlines()]
-    assert sorted(r["problem_id"] for r in records) == sorted({r["problem_id"] for r in records})  # no duplicates
-    assert len(records) == 3 and all(len(r["samples"]) == 2 for r in records)
-    assert all(len(s["turns"]) == 2 for r in records for s in r["samples"])
-    assert "problems seen: 3" in out and (tmp_path / "contexts.jsonl").exists()
-    contexts = [json.loads(x) for x in (tmp_path / "contexts.jsonl").read_text().splitlines()]
-    assert all({"problem_id", "messages", "prev_best", "turn", "tests"} <= c.keys() for c in contexts)
-    # --process-only, with a budget so small that only first-turn contexts fit.
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "collect.py"), "--process-only", "--out", str(tmp_path),
-                           "--tokenizer", tiny_model_dir, "--prompt-budget", "10", "--log-with", "tensorboard"],
-                          capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    stats = json.loads((tmp_path / "stats.json").read_text())
-    assert set(stats["contexts_per_turn"]) <= {"0"}
-    logged = tensorboard_scalars(tmp_path)
-    assert logged["collect/contexts"] == {0: stats["contexts"], 1: 0}
-    assert set(logged["collect/reference_pass@1"]) == {0, 1}
-
-
-def test_collect_errors(tmp_path):
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "collect.py"), "--process-only", "--out", str(tmp_path)],
-                          capture_output=True, text=True, cwd=ROOT, timeout=60)
-    assert proc.returncode != 0 and "no raw trajectories" in proc.stderr
-    (tmp_path / "raw.jsonl").write_text('{"problem_id": "a"}\nnot json\n{"problem_id": "b"}\n')
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "collect.py"), "--process-only", "--out", str(tmp_path)],
-                          capture_output=True, text=True, cwd=ROOT, timeout=60)
-    assert proc.returncode != 0 and "raw.jsonl line 2 is not valid JSON" in proc.stderr
-    (tmp_path / "empty-model").mkdir()  # a folder with no model in it (a missing one is refused at parse time)
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "collect.py"), "--model", str(tmp_path / "empty-model"),
-                           "--problems", "demo", "--out", str(tmp_path / "o"), "--engine", "hf"],
-                          capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert proc.returncode != 0 and "could not load model" in proc.stderr

@@ -7,7 +7,8 @@ import sys
 import torch.distributed as dist
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from cobalt_min.generation import VLLMEngine, load_model  # noqa: E402
+from cobalt_min.generation import load_model  # noqa: E402
+from cobalt_min.vllm_engine import VLLMEngine  # noqa: E402
 from cobalt_min.sharding import full_weights  # noqa: E402
 
 model_dir = sys.argv[1]
