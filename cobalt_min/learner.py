@@ -13,7 +13,6 @@ nothing here changes what is learned (train.py says what is).
 import contextlib
 import copy
 import dataclasses
-
 import math
 
 import torch
