@@ -2,7 +2,8 @@ r"""Offline trajectory collection (COBALT stage 1, paper §4).
 
 A reference model writes `--trajectories` first-turn programs per problem and continues each for
 `--turns` programs in all, with public-test feedback between them. The raw trajectories are written
-as problems finish (DIR/raw.jsonl; a killed run continues with --resume). Then they are filtered,
+as problems finish (DIR/raw.jsonl; a killed run continues with --resume; on many ranks each appends to
+a shard of its own, merged at the end: cobalt_min/problem_shards.py). Then they are filtered,
 down-sampled and cut into partial trajectories: DIR/contexts.jsonl, ready for train.py.
 
     # CPU, demo problems and the demo model (a few minutes):
@@ -11,6 +12,8 @@ down-sampled and cut into partial trajectories: DIR/contexts.jsonl, ready for tr
     python collect.py --model path/to/sft-model --problems data/taco_train.jsonl --out runs/collect \
         --trajectories 16 --turns 3 --thinking
     python collect.py --model path/to/sft-model --problems data/taco_dev.jsonl --split validation --out runs/collect_val
+    # many GPUs, one or several nodes: one engine per rank, shards merged by rank 0 (--out on a shared disk):
+    torchrun --nproc_per_node 8 [--nnodes 2 --node-rank R --master-addr HOST] collect.py --model M ... --out runs/collect
     # rebuild contexts from existing raw trajectories, without generating anything:
     python collect.py --process-only --out runs/collect --tokenizer path/to/policy
 
@@ -21,17 +24,18 @@ the trajectories), DIR/settings.json (what decides the trajectories: a --resume 
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
-from tqdm.auto import tqdm
-
 from cobalt_min import cli
-from cobalt_min.generation import find_smollm2_gguf, make_engine, prompt_token_counter
-from cobalt_min.jsonl import append_jsonl, read_jsonl, write_jsonl
+from cobalt_min.generation import find_smollm2_gguf, prompt_token_counter
+from cobalt_min.jsonl import read_jsonl, write_jsonl
 from cobalt_min.metrics import summarize
+from cobalt_min.problem_shards import (finish, finished_ids, finished_records, join_launch, make_script_engine,
+                                       roll_out_share, sandbox_workers, shard_files, shard_folder)
 from cobalt_min.report import write_report
-from cobalt_min.rollout import pending_batches, rollout
+from cobalt_min.rollout import rollout
 from cobalt_min.sandbox import require_safe_sandbox
 from cobalt_min.trajectories import PROMPT_BUDGET, build_contexts
 
@@ -79,7 +83,10 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--process-only", action="store_true", help="only rebuild contexts from DIR/raw.jsonl")
     g = ap.add_argument_group("output")
     g.add_argument("--out", type=cli.output_folder, required=True, help="output folder")
-    g.add_argument("--resume", action="store_true", help="continue DIR/raw.jsonl, skipping finished problems")
+    g.add_argument("--resume", action="store_true",
+                   help="continue DIR/raw.jsonl (and its shards), skipping finished problems, on any number of ranks")
+    g.add_argument("--dist-timeout-minutes", type=cli.positive, default=180,
+                   help="how long a rank waits for the others (torchrun launches)")
     cli.tracker_flag(g, "collect/ (the contexts' counts; the reference model's Pass@1 by turn)")
     return ap
 
@@ -92,14 +99,14 @@ def parse_args(argv=None):
 # but these (how fast, where, and how raw.jsonl becomes contexts, which --process-only redoes). --batch-problems
 # is a setting: each batch is seeded by its position.
 SETTINGS = cli.settings_of(parser(), besides={
-    "dtype", "engine", "gen_batch_size", "log_with", "m", "out", "process_only", "prompt_budget", "resume", "split",
-    "tensor_parallel_size", "tokenizer", "vllm_gpu_memory_utilization", "workers"})
+    "dist_timeout_minutes", "dtype", "engine", "gen_batch_size", "log_with", "m", "out", "process_only",
+    "prompt_budget", "resume", "split", "tensor_parallel_size", "tokenizer", "vllm_gpu_memory_utilization", "workers"})
 
 
 def main(argv=None):
     """collect.py's command line: parse the flags, then collect; Ctrl-C says what the run keeps."""
     args = parse_args(argv)
-    with cli.interrupt_message("every finished problem is in --out's raw.jsonl", cli.command_line(__file__, argv)):
+    with cli.interrupt_message("every finished problem is in --out's raw.jsonl or its shards", cli.command_line(__file__, argv)):
         collect(args)
 
 
@@ -107,7 +114,8 @@ def collect(args):
     """Offline collection (paper §4): the reference model rolls out --trajectories conversations of --turns
     programs per problem (raw.jsonl, appended per batch, resumable), then the trajectory filter, max-variance
     down-sampling and the cut into contexts (contexts.jsonl, stats.json, report.html)."""
-    print("collect.py", " ".join(f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items()), file=sys.stderr)
+    if os.environ.get("RANK", "0") == "0":
+        print("collect.py", " ".join(f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items()), file=sys.stderr)
     cli.check_tracker(args.log_with)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -115,33 +123,40 @@ def collect(args):
     model = find_smollm2_gguf() if args.model == "smollm2" else args.model
 
     # ------------------------------------------------------------------ roll out the reference model
+    ranks = join_launch(args)  # one process, or this rank's share of the problems (problem_shards.py)
     if not args.process_only:
         if not model or not args.problems:
             raise SystemExit("error: --model and --problems are required (or use --process-only)")
         require_safe_sandbox()
-        if raw_path.exists() and raw_path.stat().st_size and not args.resume:
-            raise SystemExit(f"error: {raw_path} exists: pass --resume to continue it, or --process-only")
-        cli.record_settings(out, args, SETTINGS, args.resume)
+        if ranks.main:
+            if finished_records(raw_path) and not args.resume:
+                raise SystemExit(f"error: {raw_path} (or its shards) exists: pass --resume to continue it, or "
+                                 "--process-only")
+            cli.record_settings(out, args, SETTINGS, args.resume)
         problems = cli.problems_of(args)
-        done = {r["problem_id"] for r in read_jsonl(raw_path, repair=True)}
-        todo_ids = {p.id for p in problems} - done
-        if done:
-            print(f"resuming: {len(done)} problems already collected, {len(todo_ids)} to go", file=sys.stderr)
-        if todo_ids:
-            engine = make_engine(args.engine, model, thinking=args.thinking, dtype=args.dtype,
-                                 batch_size=args.gen_batch_size, tensor_parallel_size=args.tensor_parallel_size,
-                                 gpu_memory_utilization=args.vllm_gpu_memory_utilization, seed=args.seed,
-                             stop_after_code=args.stop_after_code)
-            bar = tqdm(total=len(problems), initial=len(problems) - len(todo_ids), desc="problems", unit="problem")
-            for start, batch in pending_batches(problems, todo_ids, args.batch_problems):
-                trajs, _ = rollout(batch, engine, samples=args.trajectories, feedback_turns=args.turns - 1,
-                                   temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
-                                   seed=args.seed + 1000 * start, thinking=args.thinking, grader=cli.grader_of(args),
-                                   workers=args.workers)
-                for p, samples in zip(batch, trajs):
-                    append_jsonl(raw_path, {"problem_id": p.id, "tests": p.all_tests(), "samples": samples})
-                    bar.update(1)
-            bar.close()
+        done = finished_ids(ranks, raw_path)
+        if done and ranks.main:
+            print(f"resuming: {len(done)} problems already collected, {len(problems) - len(done)} to go",
+                  file=sys.stderr)
+        engine = None
+        if len(done) < len(problems):
+            engine = make_script_engine(args, ranks)
+            workers = sandbox_workers(args, ranks)
+
+            def roll_out_block(start, block):
+                trajs, seconds = rollout(block, engine, samples=args.trajectories, feedback_turns=args.turns - 1,
+                                         temperature=args.temperature, top_p=args.top_p,
+                                         max_new_tokens=args.max_new_tokens, seed=args.seed + 1000 * start,
+                                         thinking=args.thinking, grader=cli.grader_of(args), workers=workers)
+                return [{"problem_id": p.id, "tests": p.all_tests(), "samples": samples}
+                        for p, samples in zip(block, trajs)], seconds
+
+            roll_out_share(ranks, problems, done, args.batch_problems, raw_path, roll_out_block)
+        if finish(ranks, raw_path, problems, engine) is None:
+            return  # ranks other than 0 are done: rank 0 cuts the contexts
+    elif shard_files(raw_path):
+        raise SystemExit(f"error: {shard_folder(raw_path)} holds unmerged shards of a killed run: finish it with "
+                         "--resume (and its --problems) first")
 
     # ------------------------------------------------------------------ contexts
     records = read_jsonl(raw_path)

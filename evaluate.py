@@ -10,11 +10,14 @@ program passes all hidden tests, averaged over problems.
     # one GPU, LiveCodeBench v6 as in the paper (vLLM when installed):
     python evaluate.py --model Qwen/Qwen3-8B --problems livecodebench/code_generation_lite --lcb-version v6 \
         --turns 9 --samples 16 --max-new-tokens 8192 --thinking --out runs/lcb_qwen3
+    # many GPUs, one or several nodes: one engine per rank, shards merged by rank 0 (--out on a shared disk):
+    torchrun --nproc_per_node 8 [--nnodes 2 --node-rank R --master-addr HOST] evaluate.py --model M ... --out runs/lcb
     # with perturbed public tests (TACO-Dev-PTB style, see perturb.py):
     python evaluate.py --model M --problems data/taco_dev.jsonl --perturbed --out runs/ptb
 
 Outputs in --out: trajectories.jsonl (one line per problem, appended as problems finish; --resume
-continues a killed run without redoing or duplicating a problem), summary.json, pass_at_1.png, report.html
+continues a killed run without redoing or duplicating a problem; on many ranks each appends to a shard of
+its own, merged at the end: cobalt_min/problem_shards.py), summary.json, pass_at_1.png, report.html
 (one page: Pass@1 per turn, every conversation), settings.json (what decides the trajectories: a --resume
 must match it).
 """
@@ -25,14 +28,12 @@ import sys
 import time
 from pathlib import Path
 
-from tqdm.auto import tqdm
-
 from cobalt_min import cli
-from cobalt_min.generation import find_smollm2_gguf, make_engine
-from cobalt_min.jsonl import append_jsonl, read_jsonl
 from cobalt_min.metrics import format_table, plot_pass_at_1, summarize
+from cobalt_min.problem_shards import (finish, finished_ids, finished_records, join_launch, make_script_engine,
+                                       roll_out_share, sandbox_workers)
 from cobalt_min.report import write_report
-from cobalt_min.rollout import pending_batches, rollout
+from cobalt_min.rollout import rollout
 from cobalt_min.sandbox import require_safe_sandbox
 
 
@@ -80,7 +81,10 @@ def parser() -> argparse.ArgumentParser:
                    help="which two expected outputs each problem swaps (perturbation.perturb_tests)")
     g = ap.add_argument_group("output")
     g.add_argument("--out", type=cli.output_folder, required=True, help="output folder")
-    g.add_argument("--resume", action="store_true", help="continue a run in --out, skipping finished problems")
+    g.add_argument("--resume", action="store_true",
+                   help="continue a run in --out (and its shards), skipping finished problems, on any number of ranks")
+    g.add_argument("--dist-timeout-minutes", type=cli.positive, default=180,
+                   help="how long a rank waits for the others (torchrun launches)")
     g.add_argument("--batch-problems", type=cli.count, default=8,
                    help="problems rolled out together (and then written) at a time")
     cli.tracker_flag(g, "eval/ or eval_perturbed/, one step per turn")
@@ -94,56 +98,34 @@ def parse_args(argv=None):
 # What decides the trajectories an evaluation writes (a --resume must keep it, cli.record_settings): every flag
 # but these (how fast, where). --batch-problems is a setting: each batch is seeded by its position.
 SETTINGS = cli.settings_of(parser(), besides={
-    "dtype", "engine", "gen_batch_size", "log_with", "out", "resume", "tensor_parallel_size",
+    "dist_timeout_minutes", "dtype", "engine", "gen_batch_size", "log_with", "out", "resume", "tensor_parallel_size",
     "vllm_gpu_memory_utilization", "workers"})
 
 
 def main(argv=None):
     """evaluate.py's command line: parse the flags, then evaluate; Ctrl-C says what the run keeps."""
     args = parse_args(argv)
-    kept = "every finished batch of --batch-problems problems is in --out's trajectories.jsonl (the one in progress is redone)"
+    kept = "every finished block of --batch-problems problems is in --out's trajectories.jsonl or its shards"
     with cli.interrupt_message(kept, cli.command_line(__file__, argv)):
         evaluate(args)
-
-
-def roll_out(args, engine, problems: list, todo_ids: set, feedback_tests: dict, perturbed_info: dict,
-             traj_path: Path) -> dict:
-    """The conversations of the problems not done yet, a batch of --batch-problems at a time, each
-    problem's record appended to trajectories.jsonl as its batch finishes. Returns the seconds spent
-    generating and executing. Each batch is seeded by its position (pending_batches)."""
-    timings = {"generate_s": 0.0, "execute_s": 0.0}
-    bar = tqdm(total=len(problems), initial=len(problems) - len(todo_ids), desc="problems", unit="problem")
-    for start, batch in pending_batches(problems, todo_ids, args.batch_problems):
-        trajs, t = rollout(batch, engine, samples=args.samples, feedback_turns=args.turns - 1,
-                           temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
-                           seed=args.seed + 1000 * start, thinking=args.thinking,
-                           stop_on_public_pass=args.stop_on_public_pass, grader=cli.grader_of(args), workers=args.workers,
-                           feedback_tests=[feedback_tests[p.id] for p in batch])
-        for k in timings:
-            timings[k] += t[k]
-        for problem, samples in zip(batch, trajs):
-            record = {"problem_id": problem.id, "samples": samples}
-            if problem.id in perturbed_info:
-                record["perturbed"] = perturbed_info[problem.id]
-            append_jsonl(traj_path, record)
-            bar.update(1)
-    bar.close()
-    return timings
 
 
 def evaluate(args):
     """Multi-turn self-debugging evaluation (paper §6): --samples conversations of --turns programs per
     problem (trajectories.jsonl, appended per batch, resumable), then Pass@1 per turn, its gain over turn 0,
     repairs and breaks per turn (summary.json, pass_at_1.png, report.html); --perturbed shows perturbed tests."""
-    print("evaluate.py", " ".join(f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items()), file=sys.stderr)
     require_safe_sandbox()
     cli.check_tracker(args.log_with)
+    ranks = join_launch(args)  # one process, or this rank's share of the problems (problem_shards.py)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     traj_path = out / "trajectories.jsonl"
-    if traj_path.exists() and traj_path.stat().st_size and not args.resume:
-        raise SystemExit(f"error: {traj_path} exists: pass --resume to continue it, or choose another --out")
-    cli.record_settings(out, args, SETTINGS, args.resume)
+    if ranks.main:
+        print("evaluate.py", " ".join(f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items()), file=sys.stderr)
+        out.mkdir(parents=True, exist_ok=True)
+        if finished_records(traj_path) and not args.resume:
+            raise SystemExit(f"error: {traj_path} (or its shards) exists: pass --resume to continue it, or choose "
+                             "another --out")
+        cli.record_settings(out, args, SETTINGS, args.resume)
 
     # ------------------------------------------------------------------ problems
     problems = cli.problems_of(args)
@@ -152,28 +134,36 @@ def evaluate(args):
     if args.perturbed:
         from cobalt_min.perturbation import perturbed_feedback_tests
         problems, feedback_tests, perturbed_info, dropped = perturbed_feedback_tests(problems, args.perturb_seed)
-        print(f"perturbed public tests for {len(problems)} problems ({dropped} without 2 distinct outputs dropped)",
-              file=sys.stderr)
-    done = {r["problem_id"] for r in read_jsonl(traj_path, repair=True)}
-    todo = [p for p in problems if p.id not in done]
-    if done:
-        print(f"resuming: {len(done)} problems already done, {len(todo)} to go", file=sys.stderr)
+        if ranks.main:
+            print(f"perturbed public tests for {len(problems)} problems ({dropped} without 2 distinct outputs "
+                  "dropped)", file=sys.stderr)
+    done = finished_ids(ranks, traj_path)
+    if done and ranks.main:
+        print(f"resuming: {len(done)} problems already done, {len(problems) - len(done)} to go", file=sys.stderr)
 
-    # ------------------------------------------------------------------ model
-    model = find_smollm2_gguf() if args.model == "smollm2" else args.model
-    engine = None
-    if todo:
-        engine = make_engine(args.engine, model, thinking=args.thinking, dtype=args.dtype,
-                             batch_size=args.gen_batch_size, tensor_parallel_size=args.tensor_parallel_size,
-                             gpu_memory_utilization=args.vllm_gpu_memory_utilization, seed=args.seed,
-                             stop_after_code=args.stop_after_code)
+    # ------------------------------------------------------------------ roll out, a block of problems at a time
+    engine = make_script_engine(args, ranks) if len(done) < len(problems) else None
+    workers = sandbox_workers(args, ranks)
 
-    # ------------------------------------------------------------------ roll out, a batch of problems at a time
-    timings = roll_out(args, engine, problems, {p.id for p in todo}, feedback_tests, perturbed_info, traj_path)
+    def roll_out_block(start, block):
+        """The conversations of a block of --batch-problems problems, seeded by its position."""
+        trajs, seconds = rollout(block, engine, samples=args.samples, feedback_turns=args.turns - 1,
+                                 temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
+                                 seed=args.seed + 1000 * start, thinking=args.thinking,
+                                 stop_on_public_pass=args.stop_on_public_pass, grader=cli.grader_of(args),
+                                 workers=workers, feedback_tests=[feedback_tests[p.id] for p in block])
+        records = [{"problem_id": p.id, "samples": samples} for p, samples in zip(block, trajs)]
+        for record in records:
+            if record["problem_id"] in perturbed_info:
+                record["perturbed"] = perturbed_info[record["problem_id"]]
+        return records, seconds
+
+    timings = roll_out_share(ranks, problems, done, args.batch_problems, traj_path, roll_out_block)
+    records = finish(ranks, traj_path, problems, engine)
+    if records is None:
+        return  # ranks other than 0 are done: rank 0 summarizes
 
     # ------------------------------------------------------------------ summary
-    wanted = {p.id for p in problems}
-    records = [r for r in read_jsonl(traj_path) if r["problem_id"] in wanted]
     summary = summarize(records, args.turns)
     if args.perturbed:
         from cobalt_min.perturbation import wrong_feedback_per_turn

@@ -19,16 +19,6 @@ from cobalt_min.prompts import extract_code, feedback_message, first_turn_messag
 from cobalt_min.sandbox import run_programs
 
 
-def pending_batches(problems: list, todo_ids: set, size: int):
-    """(position, batch) for each block of `size` problems at its fixed position in `problems`, keeping the
-    problems not done yet (blocks with none left are skipped). Seeding a block by its position makes a
-    resumed run sample what an uninterrupted one would (when the kill fell between blocks)."""
-    for start in range(0, len(problems), size):
-        batch = [p for p in problems[start:start + size] if p.id in todo_ids]
-        if batch:
-            yield start, batch
-
-
 def run_turn_programs(programs: list, problems: list, feedback_tests: list, *, scored_programs: list | None = None,
                       grader=None, workers=None) -> list:
     """Run each program (None = no code block) on its feedback tests and each scored program on all true

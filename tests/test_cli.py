@@ -134,7 +134,7 @@ def test_renamed_flags_leave_no_trace_in_the_settings(capsys):
 
 
 @pytest.mark.parametrize("module, function, argv, kept", [
-    ("evaluate", "evaluate", EVAL + ["--problems", "demo"], "every finished batch of --batch-problems problems"),
+    ("evaluate", "evaluate", EVAL + ["--problems", "demo"], "every finished block of --batch-problems problems"),
     ("train", "train", TRAIN, "no checkpoint was written yet (the first comes after --save-every steps)"),
     ("collect", "collect", COLLECT + ["--problems", "very easy.jsonl"], "every finished problem is in --out's raw.jsonl"),
 ])

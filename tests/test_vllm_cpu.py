@@ -112,3 +112,20 @@ def test_two_ranks_with_fsdp_and_a_vllm_engine_each(model_dir, tmp_path):
     assert [m["reward_mean"] for m in a] == [m["reward_mean"] for m in b]
     for key in ("loss", "grad_norm", "kl"):
         assert [m[key] for m in a] == pytest.approx([m[key] for m in b], rel=1e-4, abs=1e-6), key
+
+
+def test_evaluate_on_two_ranks_with_a_vllm_engine_each(model_dir, tmp_path):
+    # evaluate.py under torchrun: each rank its own vLLM engine (external_launcher, one per rank), its share of
+    # the problems by position, rank 0 merging the shards: the records of one process with one engine.
+    args = [os.path.join(ROOT, "evaluate.py"), "--model", model_dir, "--problems", "demo", "--limit", "3",
+            "--engine", "vllm", "--samples", "2", "--turns", "2", "--max-new-tokens", "8", "--batch-problems", "1"]
+    one = subprocess.run([sys.executable, *args, "--out", str(tmp_path / "one")], cwd=ROOT, capture_output=True,
+                         text=True, timeout=600)
+    assert one.returncode == 0, one.stderr[-3000:]
+    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                          *args, "--out", str(tmp_path / "two")], cwd=ROOT, capture_output=True, text=True,
+                         timeout=600, env=dict(os.environ, ACCELERATE_USE_CPU="true"))
+    assert two.returncode == 0, two.stderr[-3000:]
+    assert "problems (rank 1)" in two.stderr and not (tmp_path / "two" / "shards").exists()
+    read = lambda out: [json.loads(x) for x in (tmp_path / out / "trajectories.jsonl").read_text().splitlines()]
+    assert read("two") == read("one") and len(read("one")) == 3
