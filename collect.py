@@ -35,7 +35,7 @@ from cobalt_min.metrics import summarize
 from cobalt_min.problem_shards import (finish, finished_ids, finished_records, join_launch, make_script_engine,
                                        roll_out_share, sandbox_workers, shard_files, shard_folder)
 from cobalt_min.report import write_report
-from cobalt_min.rollout import rollout
+from cobalt_min.rollout import lost_conversations, rollout
 from cobalt_min.sandbox import require_safe_sandbox
 from cobalt_min.trajectories import PROMPT_BUDGET, build_contexts
 
@@ -148,20 +148,26 @@ def collect(args):
                                          temperature=args.temperature, top_p=args.top_p,
                                          max_new_tokens=args.max_new_tokens, seed=args.seed + 1000 * start,
                                          thinking=args.thinking, grader=cli.grader_of(args), workers=workers)
-                return [{"problem_id": p.id, "tests": p.all_tests(), "samples": samples}
+                return [lost_conversations({"problem_id": p.id, "tests": p.all_tests(), "samples": samples})
                         for p, samples in zip(block, trajs)], seconds
 
             roll_out_share(ranks, problems, done, args.batch_problems, raw_path, roll_out_block)
-        if finish(ranks, raw_path, problems, engine) is None:
-            return  # ranks other than 0 are done: rank 0 cuts the contexts
+        finish(ranks, raw_path, problems, engine)
     elif shard_files(raw_path):
         raise SystemExit(f"error: {shard_folder(raw_path)} holds unmerged shards of a killed run: finish it with "
                          "--resume (and its --problems) first")
+    ranks.close()  # (finish has left the process group already; --process-only leaves it here)
+    if not ranks.main:
+        return  # rank 0 cuts the contexts
 
     # ------------------------------------------------------------------ contexts
     records = read_jsonl(raw_path)
     if not records:
         raise SystemExit(f"error: no raw trajectories in {raw_path}")
+    # Trajectories the sandbox failed on (no verdict on a program: rollout.lost_conversations) are left out
+    # and counted apart; a problem left with none is left out.
+    infra_errors = sum(len(r.get("infra_failed", [])) for r in records)
+    records = [r for r in records if r["samples"]]
     tok_path = args.tokenizer or model
     count = prompt_token_counter(tok_path, args.thinking) if tok_path else None
     if count is None:
@@ -170,9 +176,10 @@ def collect(args):
                                      m=args.m, count_prompt_tokens=count, budget=args.prompt_budget, seed=args.seed)
     ctx_path = out / "contexts.jsonl"
     write_jsonl(ctx_path, contexts)
-    stats.update(split=args.split, source=str(raw_path))
+    stats.update(split=args.split, source=str(raw_path), infra_errors=infra_errors)
     (out / "stats.json").write_text(json.dumps(stats, indent=2))
-    print(f"problems seen: {stats['problems']}, dropped by dynamic sampling (all first programs pass): "
+    print(f"problems seen: {stats['problems']}, trajectories left out (the sandbox failed on them): {infra_errors}, "
+          f"dropped by dynamic sampling (all first programs pass): "
           f"{stats['dropped_all_pass']}, without a usable trajectory: {stats['no_usable_trajectory']}")
     print(f"trajectories kept: {stats['trajectories_kept']}; contexts: {stats['contexts']} "
           f"(per turn: {dict(sorted(stats['contexts_per_turn'].items()))})")

@@ -33,7 +33,7 @@ from cobalt_min.metrics import format_table, plot_pass_at_1, summarize
 from cobalt_min.problem_shards import (finish, finished_ids, finished_records, join_launch, make_script_engine,
                                        roll_out_share, sandbox_workers)
 from cobalt_min.report import write_report
-from cobalt_min.rollout import rollout
+from cobalt_min.rollout import lost_conversations, rollout
 from cobalt_min.sandbox import require_safe_sandbox
 
 
@@ -152,7 +152,7 @@ def evaluate(args):
                                  seed=args.seed + 1000 * start, thinking=args.thinking,
                                  stop_on_public_pass=args.stop_on_public_pass, grader=cli.grader_of(args),
                                  workers=workers, feedback_tests=[feedback_tests[p.id] for p in block])
-        records = [{"problem_id": p.id, "samples": samples} for p, samples in zip(block, trajs)]
+        records = [lost_conversations({"problem_id": p.id, "samples": samples}) for p, samples in zip(block, trajs)]
         for record in records:
             if record["problem_id"] in perturbed_info:
                 record["perturbed"] = perturbed_info[record["problem_id"]]
@@ -164,10 +164,18 @@ def evaluate(args):
         return  # ranks other than 0 are done: rank 0 summarizes
 
     # ------------------------------------------------------------------ summary
+    # Conversations the sandbox failed on (no verdict on a program: rollout.lost_conversations) are left out
+    # of every number and counted apart; a problem left with none is left out of Pass@1.
+    infra_errors = sum(len(r.get("infra_failed", [])) for r in records)
+    records = [r for r in records if r["samples"]]
     summary = summarize(records, args.turns)
     if args.perturbed:
         from cobalt_min.perturbation import wrong_feedback_per_turn
         summary["wrong_feedback"] = wrong_feedback_per_turn(records, args.turns)
+    summary.update(infra_errors=infra_errors, problems_without_verdict=len(problems) - len(records))
+    if infra_errors:
+        print(f"warning: {infra_errors} conversations left out of every number: the sandbox failed on one of their "
+              f"programs (infra_errors; kept under infra_failed in {traj_path})", file=sys.stderr)
     grader = cli.grader_of(args)
     summary.update(model=args.model, problems_source=args.problems, perturbed=args.perturbed,
                    grader=grader.name, timeout_s=grader.timeout_s,

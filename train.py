@@ -17,15 +17,13 @@ conversations rolled out by the policy instead of offline contexts (steps 1-4 di
     accelerate launch --config_file configs/fsdp_8b.yaml train.py --model Qwen/Qwen3-8B ... --fsdp --engine vllm
     ACCELERATE_USE_CPU=true torchrun --nproc_per_node 2 train.py ... [--fsdp]
 
-Simplifications relative to the authors' veRL setup, each stated where it happens: each batch is
-sampled once and used for --mini-batches optimizer steps, then dropped (the paper's "1 epoch over each
-batch"; --epochs counts passes over the training contexts); old log-probs recomputed with the policy
-(not taken from the sampler); the reference model is the initial policy kept frozen; each rank
-generates for its own share of the batch (GRPO groups never span ranks). As the authors (veRL's
-drop_last), an epoch's last partial batch is not trained. A run's samples, losses and weights do not
-depend on the number of ranks (to float rounding): seeds, mini-batches and the loss's normalisation
-are defined on the global batch. Plumbing: cobalt_min/launch.py, training_data.py, learner.py,
-monitoring.py, checkpoint.py, sharding.py.
+Simplifications relative to the authors' veRL setup (docs/departures.md): a batch is sampled once and
+used for --mini-batches optimizer steps, then dropped (the paper's "1 epoch over each batch"); old log-probs
+are recomputed with the policy; the reference is the initial policy, frozen; each rank samples its own share
+(groups never span ranks); an epoch's last partial batch is not trained (veRL's drop_last). Samples, losses
+and weights do not depend on the number of ranks (to float rounding): seeds, mini-batches and the loss's
+normalisation are defined on the global batch. Plumbing: cobalt_min/launch.py, training_data.py,
+learner.py, monitoring.py, checkpoint.py, sharding.py.
 
 Outputs in --out: metrics.jsonl (one line per step), checkpoints/step_N (resume with --resume),
 final/ (load it with evaluate.py --model OUT/final; a checkpoint with `python -m cobalt_min.checkpoint
@@ -34,6 +32,7 @@ export`), report.html (the run's curves), settings.json (what decides the run: -
 
 import argparse
 import dataclasses
+import math
 import os
 import time
 from pathlib import Path
@@ -159,16 +158,16 @@ parse_args = ap.parse_args
 @dataclasses.dataclass
 class StepBatch:
     """What one step trains on, whichever the method: U prompts and R sampled programs (rows), row r continuing
-    prompts[prompt_of[r]] with the advantage advantages[r]; for the metrics, the rewards of the step's groups
-    (B, G), the pass rate of every program run (None: no code block) and extras."""
+    prompts[prompt_of[r]] with the advantage advantages[r]; for the metrics, rewards, pass rates, extras."""
     prompts: list              # U token lists
     rows: list                 # R Completions: the sampled tokens, text, finished
     prompt_of: list            # R ints
     advantages: torch.Tensor   # (R,)
     group_rewards: torch.Tensor  # (B, G)
-    rates: list                # pass rates of the programs run
+    rates: list                # pass rates of the programs run (None: no code block; nan: no verdict)
     problems: int              # distinct problems in this rank's share
     extra: dict                # method-specific numbers for metrics.jsonl
+    infra_errors: int = 0      # programs the sandbox failed on (no reward: advantage 0, left out of the metrics)
 
 
 # ----------------------------------------------------------------------------- steps 1-4: COBALT
@@ -198,16 +197,18 @@ def cobalt_batch(learner: Learner, contexts: list, step: int, args, timings: dic
         else:
             results = run_programs([extract_code(comp.text) for _, comp in samples], [c["tests"] for c, _ in samples],
                                    grader=cli.grader_of(args), workers=workers)
-            rates = [None if r is None else pass_rate(r) for r in results]  # None: no code block
+            rates = [None if r is None else pass_rate(r) for r in results]  # None: no code; nan: no verdict
             rewards = [training_reward(comp.text, pr, c["prev_best"], count_tokens=count_tokens, thinking=args.thinking)
-                       for (c, comp), pr in zip(samples, rates)]
+                       for (c, comp), pr in zip(samples, rates)]  # nan: the sandbox failed on it (no verdict)
     rewards = torch.tensor(rewards).view(len(contexts), args.group_size)  # (B, G)
-    # 4. group advantages: (r - mean of the G programs of the context) / (their std + eps)
-    advantages = group_advantages(rewards, eps=args.adv_eps).flatten()  # (B*G,)
-    correctness = [correctness_reward(p, c["prev_best"]) for (c, _), p in zip(samples, rates) if p is not None]
+    # 4. group advantages: (r - mean of the G programs of the context) / (their std + eps), over the programs
+    #    with a reward (all of them, unless the sandbox failed on one: that one gets 0)
+    advantages = group_advantages(rewards, eps=args.adv_eps, valid=rewards.isfinite()).flatten()  # (B*G,)
+    correctness = [correctness_reward(p, c["prev_best"]) for (c, _), p in zip(samples, rates)
+                   if p is not None and not math.isnan(p)]
     return StepBatch(prompts, [comp for _, comp in samples], [b for b, comps in enumerate(completions) for _ in comps],
                      advantages, rewards, rates, len({c.get("problem_id") for c in contexts}),
-                     {"correctness_mean": mean(correctness)})
+                     {"correctness_mean": mean(correctness)}, int((~rewards.isfinite()).sum()))
 
 
 # ----------------------------------------------------------------------------- steps 1-4: GRPO-MT, VeRPO-MT
@@ -228,38 +229,38 @@ def multi_turn_batch(learner: Learner, problems: list, step: int, args, timings:
                            seed=seeds, thinking=args.thinking, grader=cli.grader_of(args), workers=workers, progress=False,
                            keep_tokens=True)  # trajs[b][g]
     timings.update(t)
-    # r_t of every turn: rewards.training_reward against the best program before it in the conversation
-    rewards = torch.tensor([[grpo_mt.turn_rewards(tr, count_tokens, args.thinking) for tr in trs]
-                            for trs in trajs])  # (B, G, T)
-    extra = {f"pass_rate_turn{k}": mean([tr["turns"][k]["pass_rate"] for trs in trajs for tr in trs])
+    # r_t of every turn: rewards.training_reward against the best program before it in the conversation (a
+    # problem the sandbox failed on, without a verdict on a program: rewards nan, advantages 0, left out)
+    rewards, kept = grpo_mt.reward_tensor(trajs, count_tokens, args.thinking)  # (B, G, T)
+    advantages = torch.zeros_like(rewards)  # (B, G, T)
+    extra = {f"pass_rate_turn{k}": mean([tr["turns"][k]["pass_rate"] for b in kept for tr in trajs[b]])
              for k in range(args.turns)}
-    if args.method == "verpo-mt":
+    if args.method == "verpo-mt" and kept:
         # 4'. VeRPO-MT: each turn's tests weighted by their difficulty in the group, plus the outcome
-        v = verpo.batch_advantages(trajs, args.verpo_alpha, args.verpo_gamma, args.verpo_beta)
-        advantages = v["advantages"]  # (B, G, T)
-        group_rewards = rewards[:, :, -1]  # (B, G): reported as GRPO-MT's are (the last program's staged reward)
+        v = verpo.batch_advantages([trajs[b] for b in kept], args.verpo_alpha, args.verpo_gamma, args.verpo_beta)
+        advantages[kept] = v["advantages"]
         extra.update(verpo_turn_reward_mean=v["turn_rewards"].mean().item(),
                      verpo_outcome_mean=v["outcomes"].mean().item(),
-                     verpo_flat_groups=(advantages.flatten(1).abs().amax(1) == 0).float().mean().item())
-    else:
-        # 4. advantages from the returns (--credit), normalised over the G conversations of each problem
-        advantages = grpo_mt.advantages(rewards, args.credit, args.adv_eps)  # (B, G, T)
-        group_rewards = grpo_mt.returns(rewards, args.credit)[:, :, 0]  # (B, G)
+                     verpo_flat_groups=(v["advantages"].flatten(1).abs().amax(1) == 0).float().mean().item())
+    elif kept:  # 4. advantages from the returns (--credit), normalised over the G conversations of each problem
+        advantages[kept] = grpo_mt.advantages(rewards[kept], args.credit, args.adv_eps)
+    # (B, G): VeRPO-MT's reported as GRPO-MT's are (the last program's staged reward)
+    group_rewards = rewards[:, :, -1] if args.method == "verpo-mt" else grpo_mt.returns(rewards, args.credit)[:, :, 0]
     prompts, rows, prompt_of = grpo_mt.rows(trajs)  # one row per turn, (b, g, t) order
-    rates = [None if turn["program"] is None else turn["pass_rate"]
-             for trs in trajs for tr in trs for turn in tr["turns"]]
+    rates = [None if turn["program"] is None else math.nan if b not in kept else turn["pass_rate"]
+             for b, trs in enumerate(trajs) for tr in trs for turn in tr["turns"]]
     return StepBatch(prompts, rows, prompt_of, advantages.flatten(), group_rewards, rates, len(problems),
-                     {**extra, "final_reward_mean": rewards[:, :, -1].mean().item()})
+                     {**extra, "final_reward_mean": mean(rewards[kept][:, :, -1].flatten().tolist())},
+                     sum("infra_error" in turn for trs in trajs for tr in trs for turn in tr["turns"]))
 
 
 # ----------------------------------------------------------------------------- steps 5-6: the GRPO update
 
 
 def sequence_logprobs(learner: Learner, batch: StepBatch, args):
-    """Pack the batch's prompts and rows (each prompt stored once, its rows attending to it) and compute
-    the log-probs the loss compares against: the sampling policy's (only when a batch gets several
-    optimizer steps; with one, the ratio is 1) and the reference policy's (only with a KL term).
-    Returns (sequences, old log-probs or None, reference log-probs or None), log-probs (R, C)."""
+    """Pack the batch's prompts and rows (each prompt stored once, its rows attending to it) and compute the
+    log-probs the loss compares against: the sampling policy's (only when a batch gets several optimizer
+    steps; with one, the ratio is 1) and the reference's (only with a KL term): (sequences, (R, C) or None x2)."""
     acc, eos = learner.accelerator, learner.tokenizer.eos_token_id
     sequences = pack_groups(batch.prompts, [row.token_ids or [eos] for row in batch.rows], batch.prompt_of,
                             learner.tokenizer.pad_token_id, device=acc.device)  # prompts (U, P); rows (R, C)
@@ -275,12 +276,11 @@ def sequence_logprobs(learner: Learner, batch: StepBatch, args):
 
 
 def update_policy(learner: Learner, sequences: SequenceBatch, advantages, old_logp, ref_logp, args) -> dict:
-    """The clipped GRPO update: the batch in --mini-batches mini-batches of whole contexts (all G programs
-    of a context in the same one, as veRL splits the batch), one optimizer step each, gradients
-    accumulated over micro-batches. The batch's contexts are already in random order (epoch_order), so
-    mini-batch k is the k-th block of each rank's contexts, and together the k-th block of the global
-    batch, whatever the number of ranks; every rank runs the same number of micro-batches (a collective
-    per backward). Returns the step's loss statistics, means over ranks."""
+    """The clipped GRPO update: the batch in --mini-batches mini-batches of whole contexts (all G programs of
+    a context in the same one, as veRL splits the batch), one optimizer step each, gradients accumulated
+    over micro-batches. The contexts are already in random order (epoch_order), so mini-batch k is the k-th
+    block of each rank's contexts and of the global batch, whatever the number of ranks; every rank runs the
+    same number of micro-batches (a collective per backward). Returns loss statistics, means over ranks."""
     accelerator, world = learner.accelerator, learner.accelerator.num_processes
     token_stats = ("clip_frac_high", "clip_frac_low", "clip_frac_dual", "kl", "ratio")
     sums = dict.fromkeys(("loss",) + token_stats + ("tokens",), 0.0)  # this rank's; token_stats weighted by tokens

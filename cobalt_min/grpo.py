@@ -19,12 +19,19 @@ import torch
 # ----------------------------------------------------------------------------- advantages
 
 
-def group_advantages(rewards: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+def group_advantages(rewards: torch.Tensor, eps: float = 1e-6, valid: torch.Tensor | None = None) -> torch.Tensor:
     """rewards (P, G): P prompts (contexts), G samples each -> advantages (P, G).
 
     (r - group mean) / (group std + eps): each program against the mean of all G programs of its group,
     itself included (not a leave-one-out baseline), std unbiased as torch.std. A group whose rewards are
-    all equal carries no learning signal and gets 0 (also for G = 1, where the std is undefined)."""
+    all equal carries no learning signal and gets 0 (also for G = 1, where the std is undefined).
+    valid (P, G), optional: the programs that have a reward (the sandbox failed on the others: no verdict);
+    each group's mean and std are then over its valid programs, and the others get 0."""
+    if valid is not None and not bool(valid.all()):
+        out = torch.zeros(rewards.shape)
+        for p in range(rewards.shape[0]):
+            out[p, valid[p]] = group_advantages(rewards[p, valid[p]][None], eps)[0]
+        return out
     rewards = rewards.float()
     centred = rewards - rewards.mean(dim=1, keepdim=True)
     if rewards.shape[1] < 2:

@@ -45,6 +45,18 @@ def turn_rewards(trajectory: dict, count_tokens, thinking: bool) -> list[float]:
     return rewards
 
 
+def reward_tensor(trajectories: list, count_tokens, thinking: bool) -> tuple[torch.Tensor, list[int]]:
+    """trajectories[b][g] -> (rewards (B, G, T): r_t of each problem, conversation and turn (turn_rewards),
+    the problems kept). A problem with a conversation the sandbox failed on (an `infra_error`: a program
+    without a verdict) is left out of the step: its rewards are nan, and it is not among those kept."""
+    B, G, T = len(trajectories), len(trajectories[0]), len(trajectories[0][0]["turns"])
+    kept = [b for b, trs in enumerate(trajectories) if not any(tr.get("infra_error") for tr in trs)]
+    rewards = torch.full((B, G, T), float("nan"))
+    rewards[kept] = torch.tensor([[turn_rewards(tr, count_tokens, thinking) for tr in trajectories[b]]
+                                  for b in kept]).view(len(kept), G, T)
+    return rewards, kept
+
+
 def returns(rewards: torch.Tensor, credit: str) -> torch.Tensor:
     """rewards (B, G, T): r_t of each problem, conversation and turn -> the return each turn is trained
     with (B, G, T): "outcome", the last turn's reward for every turn; "reward-to-go", the sum from t on."""

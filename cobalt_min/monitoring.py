@@ -17,7 +17,7 @@ from cobalt_min.generation import request_seeds
 from cobalt_min.learner import Learner, sample_from_policy
 from cobalt_min.prompts import extract_code
 from cobalt_min.rewards import validation_reward
-from cobalt_min.sandbox import pass_rate, run_programs
+from cobalt_min.sandbox import InfraFailure, pass_rate, run_programs
 
 
 @contextlib.contextmanager
@@ -39,15 +39,19 @@ def step_metrics(learner: Learner, batch, sequences, stats: dict, timings: dict,
     gather, device = acc.gather_for_metrics, acc.device
     lengths = gather(torch.tensor([float(len(c.token_ids)) for c in batch.rows], device=device))
     truncated = gather(torch.tensor([0.0 if c.finished else 1.0 for c in batch.rows], device=device))
+    # nan: no reward or pass rate (the sandbox failed on the program: batch.infra_errors), left out here
     all_rewards = gather(batch.group_rewards.flatten().float().to(device))
+    all_rewards = all_rewards[all_rewards.isfinite()]
     all_rates = gather(torch.tensor([p if p is not None else 0.0 for p in batch.rates], device=device))
-    zero_std = gather((batch.group_rewards.std(1) == 0).float().to(device))
+    all_rates = all_rates[all_rates.isfinite()]
+    zero_std = gather(torch.tensor([float(g[g.isfinite()].numel() > 1 and g[g.isfinite()].std() == 0)
+                                    for g in batch.group_rewards.float()], device=device))
     memory = gather(torch.tensor([peak_memory_gb(device)], device=device)).tolist()  # one per rank
     # How far apart the ranks reached the step's first collective (its batch: sampling, the sandbox): the
     # fast ones wait that long, and a wait over --dist-timeout-minutes fails the run.
     batch_s = gather(torch.tensor([timings["batch_s"]], device=device))
-    counts = acc.reduce(torch.tensor([len(batch.rows), sum(p is not None for p in batch.rates), batch.problems],
-                                     device=device, dtype=torch.float32), "sum").tolist()
+    counts = acc.reduce(torch.tensor([len(batch.rows), sum(p is not None for p in batch.rates), batch.problems,
+                                      batch.infra_errors], device=device, dtype=torch.float32), "sum").tolist()
     n_tokens = float(sequences.prompt_mask.sum(1)[sequences.prompt_index].sum() + sequences.completion_mask.sum())
     return {**extra, "reward_mean": all_rewards.mean().item(),
             "reward_std": all_rewards.std().item() if all_rewards.numel() > 1 else 0.0,
@@ -63,6 +67,7 @@ def step_metrics(learner: Learner, batch, sequences, stats: dict, timings: dict,
             # the cost of a step's training examples: programs trained on (rows), programs the sandbox ran,
             # problems, generated tokens (all ranks)
             "programs_trained": int(counts[0]), "programs_run": int(counts[1]), "problems": int(counts[2]),
+            "infra_errors": int(counts[3]),  # programs the sandbox failed on: no reward, advantage 0
             "generated_tokens": int(lengths.sum().item()),
             **batch.extra, "peak_memory_gb": max(memory), "peak_memory_gb_per_rank": [round(m, 3) for m in memory]}
 
@@ -87,7 +92,8 @@ def peak_memory_gb(device) -> float:
 def validate(learner: Learner, val_contexts: list, args, step: int, workers) -> dict:
     """One sample per validation context at the evaluation temperature; the mean validation reward.
     Each rank takes every world-th context; shares are padded to equal length (the padding is scored and
-    left out of the mean) so that every rank gathers the same shape."""
+    left out of the mean) so that every rank gathers the same shape. A program the sandbox failed on (no
+    verdict) is left out of the mean too, and counted (val_infra_errors)."""
     start = time.perf_counter()
     acc = learner.accelerator
     rank, world = acc.process_index, acc.num_processes
@@ -101,11 +107,13 @@ def validate(learner: Learner, val_contexts: list, args, step: int, workers) -> 
                               seed=seeds)
     results = run_programs([extract_code(o[0].text) for o in outs], [c["tests"] for c in share],
                            grader=cli.grader_of(args), workers=workers)
-    rewards = [validation_reward(None if r is None else pass_rate(r)) for r in results]
-    kept = [1.0] * real + [0.0] * (len(share) - real)
+    lost = [isinstance(r, InfraFailure) for r in results]  # no verdict: left out of the mean, counted
+    rewards = [0.0 if no else validation_reward(None if r is None else pass_rate(r)) for r, no in zip(results, lost)]
+    kept = [float(k < real and not lost[k]) for k in range(len(share))]
     both = acc.gather(torch.tensor([rewards, kept], device=acc.device, dtype=torch.float32).T)  # (n, 2)
-    return {"val_reward": (both[:, 0] * both[:, 1]).sum().item() / len(val_contexts),
-            "val_s": round(time.perf_counter() - start, 3)}
+    scored = both[:, 1].sum().item()
+    return {"val_reward": (both[:, 0] * both[:, 1]).sum().item() / scored if scored else math.nan,
+            "val_infra_errors": len(val_contexts) - int(scored), "val_s": round(time.perf_counter() - start, 3)}
 
 
 def tracker_tag(name: str) -> str:

@@ -16,7 +16,7 @@ import urllib.request
 
 from cobalt_min import graders
 from cobalt_min.prompts import feedback_message
-from cobalt_min.sandbox import run_programs
+from cobalt_min.sandbox import InfraFailure, run_programs
 from cobalt_min.trajectories import build_contexts
 
 
@@ -108,9 +108,13 @@ def perturb_records(records: list, problems_by_id: dict, *, seed: int = 0, fract
     results = dict(zip(where, run_programs(programs, shown, grader=grader, workers=workers,
                                            progress="re-running programs" if progress else False)))
     out = []
+    stats["infra_errors"] = 0  # trajectories left out: the sandbox failed on one of their programs (no verdict)
     for n, (rec, tests) in enumerate(plans):
         samples = []
         for s, traj in enumerate(rec["samples"]):
+            if any(isinstance(results.get((n, s, t)), InfraFailure) for t in range(len(traj["turns"]))):
+                stats["infra_errors"] += 1
+                continue
             messages = [dict(m) for m in traj["messages"]]
             turns = []
             for t, turn in enumerate(traj["turns"]):
@@ -120,7 +124,8 @@ def perturb_records(records: list, problems_by_id: dict, *, seed: int = 0, fract
                 turns.append(dict(turn, feedback=message["content"],
                                   public=[{"status": r.status, "passed": r.passed} for r in res] if res else []))
             samples.append(dict(traj, messages=messages, turns=turns))
-        out.append(dict(rec, samples=samples, perturbed_tests=tests))
+        if samples:
+            out.append(dict(rec, samples=samples, perturbed_tests=tests))
     stats["records"] = len(out)
     return out, stats
 

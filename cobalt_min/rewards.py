@@ -145,9 +145,12 @@ def format_reward(response: str, correctness: float, *, count_tokens, thinking: 
 def training_reward(response: str, pass_rate: float | None, prev_best: float, *, count_tokens,
                     thinking: bool) -> float:
     """r in [-1, 1]: -1.0 when the response has no code block (pass_rate None), otherwise
-    clip(correctness + format, -1, 1)."""
+    clip(correctness + format, -1, 1); nan when the program has no verdict (pass_rate nan: the sandbox
+    failed on it), which the caller leaves out."""
     if pass_rate is None:
         return -1.0
+    if math.isnan(pass_rate):
+        return math.nan
     correctness = correctness_reward(pass_rate, prev_best)
     r = correctness + format_reward(response, correctness, count_tokens=count_tokens, thinking=thinking)
     return max(-1.0, min(1.0, r))

@@ -16,7 +16,7 @@ from tqdm.auto import tqdm
 from cobalt_min import graders
 from cobalt_min.problems import join_tests
 from cobalt_min.prompts import extract_code, feedback_message, first_turn_messages, history_text
-from cobalt_min.sandbox import run_programs
+from cobalt_min.sandbox import InfraFailure, run_programs
 
 
 def run_turn_programs(programs: list, problems: list, feedback_tests: list, *, scored_programs: list | None = None,
@@ -24,7 +24,8 @@ def run_turn_programs(programs: list, problems: list, feedback_tests: list, *, s
     """Run each program (None = no code block) on its feedback tests and each scored program on all true
     tests of its problem, in one sandbox batch. Returns per program None (neither has code) or
     {feedback_results (None without code), tests_passed, public_pass_rate, hidden_pass_rate, pass_rate} (the
-    verdict on each true test and the rates, of the scored program).
+    verdict on each true test and the rates, of the scored program), or {infra_error} when the sandbox failed
+    on it (sandbox.InfraFailure: no verdict).
 
     One job per program when the scored program is the program (as for non-thinking models): its tests
     are the feedback tests followed by the true tests, or only the true tests when the feedback tests
@@ -48,6 +49,10 @@ def run_turn_programs(programs: list, problems: list, feedback_tests: list, *, s
         if feedback is None and scoring is None:
             out.append(None)
             continue
+        failed = [r.error for r in (feedback, scoring) if isinstance(r, InfraFailure)]
+        if failed:  # the sandbox failed on it twice: no verdict at all
+            out.append({"infra_error": failed[0]})
+            continue
         true = scoring[true_from:] if scoring is not None else []
         n_public = len(problems[k].public_tests["inputs"])
         hidden = true[n_public:]
@@ -59,9 +64,27 @@ def run_turn_programs(programs: list, problems: list, feedback_tests: list, *, s
     return out
 
 
+# The user turn after a program the sandbox failed on (an infrastructure failure): the conversation it ends
+# is left out of every score (lost_conversations); it goes on only so that training's batches keep their shape.
+NO_VERDICT = {"role": "user", "content": "The tests could not be run this time. Please write your program again."}
+
+
+def lost_conversations(record: dict) -> dict:
+    """A problem's record with the conversations the sandbox failed on (an `infra_error`: no verdict) moved
+    from `samples` to `infra_failed`: they are counted apart, never scored (collect.py, evaluate.py)."""
+    lost = [tr for tr in record["samples"] if tr.get("infra_error")]
+    if not lost:
+        return record
+    return {**record, "samples": [tr for tr in record["samples"] if not tr.get("infra_error")], "infra_failed": lost}
+
+
 def turn_record(t: int, response: str, program, scored_program, verdict: dict | None, message: dict) -> dict:
     """What a trajectory keeps of one turn: the response, its program, the verdicts on the tests shown,
     the pass rates (public, hidden, all: of the scored program), and the feedback shown next."""
+    if verdict and "infra_error" in verdict:  # no verdict: rates None, so that nothing can score it by mistake
+        return {"turn": t, "response": response, "program": program, "public": [], "public_pass_rate": None,
+                "hidden_pass_rate": None, "pass_rate": None, "infra_error": verdict["infra_error"],
+                "feedback": message["content"]}
     results = verdict["feedback_results"] if verdict else None
     record = {"turn": t, "response": response, "program": program,
               "public": [{"status": r.status, "passed": r.passed} for r in results] if results else [],
@@ -137,16 +160,19 @@ def rollout(problems: list, engine, *, samples: int, feedback_turns: int, temper
         timings["execute_s"] += time.perf_counter() - start
         # ------------------------------------------------------------ record, give feedback
         for (i, s), program, scored_program, v in zip(live, programs, scored, verdicts):
-            message = feedback_message(v["feedback_results"] if v else None, feedback_tests[i], grader.timeout_s)
+            if v and "infra_error" in v:  # the conversation goes on (training needs its turns), but it is lost
+                message, trajs[i][s]["infra_error"] = dict(NO_VERDICT), v["infra_error"]
+            else:
+                message = feedback_message(v["feedback_results"] if v else None, feedback_tests[i], grader.timeout_s)
             record = turn_record(t, responses[(i, s)], program, scored_program, v, message)
             if keep_tokens:
                 record.update(prompt_ids=prompts[(i, s)], token_ids=completions[(i, s)].token_ids,
                               finished=completions[(i, s)].finished,
-                              tests_passed=v["tests_passed"] if v else [False] * len(problems[i].all_tests()["inputs"]))
+                              tests_passed=v.get("tests_passed") if v else [False] * len(problems[i].all_tests()["inputs"]))
             trajs[i][s]["turns"].append(record)
             convs[i][s] = convs[i][s] + [{"role": "assistant", "content": history_text(responses[(i, s)], thinking)},
                                          message]
-            if stop_on_public_pass and v and v["feedback_results"] and all(r.passed for r in v["feedback_results"]):
+            if stop_on_public_pass and v and v.get("feedback_results") and all(r.passed for r in v["feedback_results"]):
                 trajs[i][s]["stopped"] = True
         bar.update(1)
     bar.close()

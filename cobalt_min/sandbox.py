@@ -68,7 +68,8 @@ from cobalt_min.sandbox_isolation import (CGROUP_SLACK_MB, ISOLATIONS, SANDBOX_U
 from cobalt_min.sandbox_process import Runner, imported_modules  # noqa: F401
 from cobalt_min import graders
 from cobalt_min.graders import Grader
-from cobalt_min.sandbox_types import OUT_OF_TIME, STATUSES, Limits, SandboxError, TestResult  # noqa: F401
+from cobalt_min.sandbox_types import (OUT_OF_TIME, STATUSES, InfraFailure, Limits, SandboxError,  # noqa: F401
+                                      TestResult)
 
 
 KEEP_CHARS = 4096  # each captured stream is kept as its first and last KEEP_CHARS characters
@@ -251,7 +252,7 @@ def waited_out(results: list[TestResult]) -> bool:
 def run_batch(jobs: list[tuple[str, dict]], *, grader: "Grader | str | None" = None, timeout_s: float | None = None,
               memory_mb: int = 1024, workers: int | None = None, isolation: str = "auto",
               executor: concurrent.futures.Executor | None = None, progress: bool | str = False,
-              **limits) -> list[list[TestResult]]:
+              keep_infra_failures: bool = False, **limits) -> list[list[TestResult]]:
     """Judge many (program, tests) jobs concurrently, by the grader's rules (graders.py; timeout_s: instead
     of its per-test limit); results come back in job order.
 
@@ -261,7 +262,9 @@ def run_batch(jobs: list[tuple[str, dict]], *, grader: "Grader | str | None" = N
     with a timeout that spent its time waiting (waited_out) is judged again once the batch is done,
     alone, and that verdict counts. A sandbox that fails (an infrastructure failure: a runner that cannot
     start, a full TMPDIR) is replaced and the program judged again once; a second failure raises
-    SandboxError: such a failure is never a verdict. SIGINT or SIGTERM while judging (SIGTERM is turned
+    SandboxError: such a failure is never a verdict. With keep_infra_failures=True that job gets an
+    InfraFailure instead and the batch goes on, unless more than a tenth of its jobs (and at least
+    MAX_INFRA_FAILURES) fail so: then the sandbox itself is broken and SandboxError is raised. SIGINT or SIGTERM while judging (SIGTERM is turned
     into SystemExit while this runs, where it would kill the process outright) stops every sandbox and
     removes what they made (cgroups, folders) before the exception goes on.
     executor: any concurrent.futures.Executor (a ProcessPoolExecutor, Ray's or Dask's executor, ...) to
@@ -296,8 +299,9 @@ def run_batch(jobs: list[tuple[str, dict]], *, grader: "Grader | str | None" = N
         todo: queue.Queue = queue.Queue()
         for i in range(len(jobs)):
             todo.put(i)
-        live, errors, unbounded = [], [], []
+        live, errors, unbounded, lost = [], [], [], []
         stop = threading.Event()
+        most_lost = max(MAX_INFRA_FAILURES, len(jobs) // 10)
 
         def judge(sandbox, i):
             """jobs[i] in `sandbox` (or a new one), replaced and tried again once if it fails; the sandbox."""
@@ -310,10 +314,17 @@ def run_batch(jobs: list[tuple[str, dict]], *, grader: "Grader | str | None" = N
                             unbounded.append(True)
                     results[i] = sandbox.run(jobs[i][0], jobs[i][1])
                     return sandbox
-                except SandboxError:
+                except SandboxError as e:
                     if sandbox is not None:
                         sandbox.close()
                         sandbox = None
+                    if attempt == 2 and keep_infra_failures and not stop.is_set():
+                        lost.append(i)
+                        if len(lost) > most_lost:
+                            raise SandboxError(f"the sandbox failed on {len(lost)} of {len(jobs)} programs, each "
+                                               f"twice: it is broken, not a program (last: {e})") from e
+                        results[i] = InfraFailure(str(e))
+                        return None
                     if attempt == 2 or stop.is_set():
                         raise
 
@@ -355,7 +366,7 @@ def run_batch(jobs: list[tuple[str, dict]], *, grader: "Grader | str | None" = N
         if errors:
             raise errors[0]
         if unbounded:
-            again = [i for i, res in enumerate(results) if waited_out(res)]
+            again = [i for i, res in enumerate(results) if not isinstance(res, InfraFailure) and waited_out(res)]
             if again:
                 with Sandbox(lim, isolation, grader) as sandbox:
                     for i in again:
@@ -385,17 +396,24 @@ def _sigterm_as_exit():
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def pass_rate(results: list[TestResult]) -> float:
-    """Fraction of tests passed (0.0 for an empty list)."""
+MAX_INFRA_FAILURES = 2  # run_batch: infrastructure failures a batch may keep before the sandbox counts as broken
+
+
+def pass_rate(results: "list[TestResult] | InfraFailure") -> float:
+    """Fraction of tests passed (0.0 for an empty list; nan for an InfraFailure: there is no verdict)."""
+    if isinstance(results, InfraFailure):
+        return float("nan")
     return sum(r.passed for r in results) / len(results) if results else 0.0
 
 
 def run_programs(programs: list, tests: list, *, grader: "Grader | str | None" = None, workers=None,
                  progress: bool | str = False) -> list:
     """Each program on its tests, in one run_batch by the grader's rules: results per program, in order. A
-    program that is None (the response held no code block) is not run and gets None."""
+    program that is None (the response held no code block) is not run and gets None; one the sandbox
+    failed on twice gets an InfraFailure (run_batch's keep_infra_failures), which callers count apart."""
     jobs = [(p, t) for p, t in zip(programs, tests) if p is not None]
-    results = iter(run_batch(jobs, grader=grader, workers=workers, progress=progress) if jobs else [])
+    results = iter(run_batch(jobs, grader=grader, workers=workers, progress=progress, keep_infra_failures=True)
+                   if jobs else [])
     return [None if p is None else next(results) for p in programs]
 
 

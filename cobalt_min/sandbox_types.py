@@ -13,6 +13,13 @@ class SandboxError(RuntimeError):
 
 
 @dataclasses.dataclass(frozen=True)
+class InfraFailure:
+    """What run_batch(keep_infra_failures=True) gives a job the sandbox failed on twice: no verdict. Callers
+    count it apart and leave it out of rewards and Pass@1 (`infra_errors`), never score it."""
+    error: str
+
+
+@dataclasses.dataclass(frozen=True)
 class Limits:
     timeout_s: float = 4.0  # wall clock per test (the paper: 4 s); CPU time is capped at ceil(t) + 1
     memory_mb: int = 1024  # address space per test (the authors: 1 GiB)

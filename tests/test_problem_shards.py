@@ -43,10 +43,10 @@ def test_collect_on_two_ranks_equals_one_process_and_a_failing_rank_is_named(tin
         assert lines(tmp_path / "two" / name) == lines(tmp_path / "one" / name), name
     assert not (tmp_path / "two" / "shards").exists()  # merged and removed
     # Rank 1 fails on its second block: the launch ends naming it and its shard, nothing is merged.
-    failing = [sys.executable, os.path.join(ROOT, "tests", "shard_ranks.py")]
+    failing = [sys.executable, os.path.join(ROOT, "tests", "inject_fault.py")]
     cmd = command("collect.py", tiny_model_dir, tmp_path / "failed", 2)
     cmd = cmd[:cmd.index(os.path.join(ROOT, "collect.py"))] + failing[1:] + cmd[cmd.index(os.path.join(ROOT, "collect.py")):]
-    proc = subprocess.run(cmd, cwd=ROOT, env=dict(cpu_env(), FAIL_RANK="1"), capture_output=True, text=True,
+    proc = subprocess.run(cmd, cwd=ROOT, env=dict(cpu_env(), FAULT="rank", FAIL_RANK="1"), capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode != 0
     shard = tmp_path / "failed" / "shards" / "raw.rank-1.jsonl"
