@@ -13,8 +13,9 @@ This file decides verdicts (grade_test, Sandbox.run, by the rules of a grader pr
 authors' by default) and holds what users call (run_tests, run_batch, run_programs, pass_rate, the
 CLI). Imports run one way: this file -> the process machinery (sandbox_process.py: runner processes and
 the channel to them; sandbox_isolation.py: isolation modes, cgroups, uid leases) -> the runner
-(sandbox_runner.py), all above the shared vocabulary (sandbox_types.py: Limits, TestResult,
-SandboxError). A reader of the paper can skip all but this file. How it is built (docs/sandbox.md):
+(sandbox_runner.py, with sandbox_jail.py: the walls it builds), all above the shared vocabulary
+(sandbox_types.py: Limits, TestResult, SandboxError). A reader of the paper can skip all but this file.
+How it is built (docs/sandbox.md):
 - A sandbox is ONE long-lived runner process (sandbox_runner.py), started inside bubblewrap
   (isolation="bwrap") or, when the grader is root, in namespaces the runner makes itself
   (isolation="process"). Either way: no network, its own pid and ipc namespaces, a file system holding

@@ -193,6 +193,15 @@ _CGROUPS: dict = {}
 _WARNED_CGROUP: list = []  # the no-cgroup warning is given once per process
 
 
+def warn_no_cgroup(why: str) -> None:
+    """The warning a sandbox without a cgroup gives, once per process."""
+    if not _WARNED_CGROUP:
+        _WARNED_CGROUP.append(True)
+        warnings.warn(f"sandbox without a cgroup: {why}. Memory is then bounded per process (address space), not "
+                      "per test: a test's processes together can take up to max_procs x memory_mb; and CPU per "
+                      "process, not per sandbox.", stacklevel=4)
+
+
 def cgroup_support():
     """Where this process may make cgroups with a memory and a process limit: ("v1", {"memory": folder,
     "pids": folder, and "cpu": folder where the cpu controller is writable too}) or ("v2", folder), each the

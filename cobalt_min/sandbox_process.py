@@ -4,11 +4,12 @@ sandbox_isolation.py).
 Verdicts are sandbox.py's (output comparison, grade_test, Sandbox.run), but for two kinds of test that
 Runner.reports judges itself: one that cost the runner its life (a timeout, memory_limit or runtime_error
 by what killed it) and one past the program's total time budget (OUT_OF_TIME). A reader of the paper can
-skip this file. Imports run one way: sandbox.py -> this file -> sandbox_isolation.py, sandbox_runner.py,
-all of them above sandbox_types.py. What it does: start one long-lived runner process (sandbox_runner.py)
-inside bubblewrap or in namespaces the runner makes itself, lease it a uid of its own, hand it one program
-and its tests' inputs at a time, read back its binary per-test reports, and replace it when a program
-kills or freezes it. sandbox.py hands each report to grade_test.
+skip this file. Imports run one way: sandbox.py -> this file -> sandbox_isolation.py, sandbox_runner.py and
+sandbox_jail.py (the runner and the walls it builds: one program), all above sandbox_types.py. What it
+does: start one long-lived runner process (sandbox_runner.py) inside bubblewrap or in namespaces the runner
+makes itself, lease it a uid of its own, hand it one program and its tests' inputs at a time, read back its
+binary per-test reports, and replace it when a program kills or freezes it. sandbox.py hands each report
+to grade_test.
 """
 
 from __future__ import annotations
@@ -23,21 +24,23 @@ import subprocess
 import sys
 import tempfile
 import time
-import warnings
 from pathlib import Path
 
+from cobalt_min import sandbox_jail as jail
 from cobalt_min import sandbox_runner as runner
-from cobalt_min.sandbox_isolation import (_WARNED_CGROUP, Cgroup, UidLease, bwrap_prefix, cgroup_support, python_paths,
-                                          resolve_isolation, runner_env, scratch_folder)
+from cobalt_min.sandbox_isolation import (Cgroup, UidLease, bwrap_prefix, cgroup_support, python_paths,
+                                          resolve_isolation, runner_env, scratch_folder, warn_no_cgroup)
 from cobalt_min.sandbox_types import OUT_OF_TIME, Limits, SandboxError, TestResult
 
 # The runner starts from its compiled code (marshal), read from a memfd: compiling its source in each
 # runner would leave ~2 MB more of the compiler's memory in the process that every test forks from
 # (each page of it costs every fork).
-RUNNER_CODE = marshal.dumps(compile((Path(__file__).parent / "sandbox_runner.py").read_text(), "sandbox_runner.py",
-                                    "exec", dont_inherit=True))  # (not this file's __future__ flags)
-RUNNER_BOOT = ("import marshal, os, sys\nfd = int(sys.argv[2])\ncode = marshal.loads(os.pread(fd, 1 << 24, 0))\n"
-               "os.close(fd)\nexec(code, {'__name__': '__main__'})\n")
+# The runner is one program made of two files: sandbox_jail.py's code runs first, then sandbox_runner.py's, in
+# the same globals (cobalt_min cannot be imported in the sandbox).
+RUNNER_CODE = marshal.dumps(tuple(compile((Path(__file__).parent / name).read_text(), name, "exec", dont_inherit=True)
+                                  for name in ("sandbox_jail.py", "sandbox_runner.py")))  # (not our __future__ flags)
+RUNNER_BOOT = ("import marshal, os, sys\nfd = int(sys.argv[2])\ncodes = marshal.loads(os.pread(fd, 1 << 24, 0))\n"
+               "os.close(fd)\nrunner = {'__name__': '__main__'}\nfor code in codes:\n    exec(code, runner)\n")
 _RUNNER_CODE_FD: list = []
 
 
@@ -95,11 +98,8 @@ class Runner:
             except OSError as e:
                 self.close()
                 raise SandboxError(f"the sandbox's cgroup could not be made: {e}") from None
-        elif not _WARNED_CGROUP:
-            _WARNED_CGROUP.append(True)
-            warnings.warn(f"sandbox without a cgroup: {found[1]}. Memory is then bounded per process "
-                          "(address space), not per test: a test's processes together can take up to "
-                          "max_procs x memory_mb; and CPU per process, not per sandbox.", stacklevel=3)
+        else:
+            warn_no_cgroup(found[1])
 
     @property
     def cpu_bounded(self) -> bool:
@@ -229,7 +229,7 @@ class Runner:
             self._lease.release()
             self._lease = None
         if self._tmp is not None:
-            runner.empty_folder(self._tmp)  # (no recursion: a program may have nested folders very deep)
+            jail.empty_folder(self._tmp)  # (no recursion: a program may have nested folders very deep)
             try:
                 os.rmdir(self._tmp)
             except OSError:
@@ -320,7 +320,7 @@ class Runner:
 
     def _oom_kills(self) -> int:
         """How many processes the kernel has killed in this sandbox's cgroup for memory (0 without one)."""
-        return runner.out_of_memory_kills({"oom_fd": self._counter_fd})
+        return jail.out_of_memory_kills({"oom_fd": self._counter_fd})
 
     def _max_frame(self):
         """The largest message the runner can honestly send: a report of three capped streams."""

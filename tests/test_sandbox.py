@@ -450,7 +450,7 @@ def test_uid_leases_are_machine_wide_whatever_tmpdir(tmp_path):
 
 
 def test_the_scratch_folder_is_emptied_whatever_its_depth_and_modes(tmp_path):
-    from cobalt_min.sandbox_runner import empty_folder
+    from cobalt_min.sandbox_jail import empty_folder
     import os
     here = os.getcwd()
     try:
