@@ -265,9 +265,10 @@ def run_batch(jobs: list[tuple[str, dict]], *, grader: "Grader | str | None" = N
     start, a full TMPDIR) is replaced and the program judged again once; a second failure raises
     SandboxError: such a failure is never a verdict. With keep_infra_failures=True that job gets an
     InfraFailure instead and the batch goes on, unless more than a tenth of its jobs (and at least
-    MAX_INFRA_FAILURES) fail so: then the sandbox itself is broken and SandboxError is raised. SIGINT or SIGTERM while judging (SIGTERM is turned
-    into SystemExit while this runs, where it would kill the process outright) stops every sandbox and
-    removes what they made (cgroups, folders) before the exception goes on.
+    MAX_INFRA_FAILURES) fail so: then the sandbox itself is broken and SandboxError is raised. SIGINT or
+    SIGTERM while judging (SIGTERM is turned into SystemExit while this runs, where it would kill the
+    process outright) stops every sandbox and removes what they made (cgroups, folders) before the
+    exception goes on.
     executor: any concurrent.futures.Executor (a ProcessPoolExecutor, Ray's or Dask's executor, ...) to
     fan the work out beyond this machine; jobs are sent in chunks, each chunk judged by one sandbox where
     the executor runs it. progress: show a tqdm bar (a str is its label).
@@ -279,103 +280,113 @@ def run_batch(jobs: list[tuple[str, dict]], *, grader: "Grader | str | None" = N
             check_tests(tests)
         except ValueError as e:
             raise ValueError(f"job {i}: {e}") from None
-    results: list = [None] * len(jobs)
     bar = None
     if progress:
         from tqdm.auto import tqdm
         bar = tqdm(total=len(jobs), desc=progress if isinstance(progress, str) else "sandbox", unit="prog")
     try:
         if executor is not None:
-            n_chunks = max(1, min(len(jobs), 4 * (workers or default_workers())))
-            chunks = [list(range(len(jobs)))[c::n_chunks] for c in range(n_chunks)]
-            futures = {executor.submit(_run_chunk, [jobs[i] for i in idx], lim, isolation, grader): idx
-                       for idx in chunks if idx}
-            for fut in concurrent.futures.as_completed(futures):
-                for i, res in zip(futures[fut], fut.result()):
-                    results[i] = res
-                if bar:
-                    bar.update(len(futures[fut]))
-            return results
-        isolation = resolve_isolation(isolation)  # resolve (and warn) once, not per thread
-        todo: queue.Queue = queue.Queue()
-        for i in range(len(jobs)):
-            todo.put(i)
-        live, errors, unbounded, lost = [], [], [], []
-        stop = threading.Event()
-        most_lost = max(MAX_INFRA_FAILURES, len(jobs) // 10)
-
-        def judge(sandbox, i):
-            """jobs[i] in `sandbox` (or a new one), replaced and tried again once if it fails; the sandbox."""
-            for attempt in (1, 2):
-                try:
-                    if sandbox is None:
-                        sandbox = Sandbox(lim, isolation, grader)
-                        live.append(sandbox)
-                        if not sandbox.cpu_bounded:
-                            unbounded.append(True)
-                    results[i] = sandbox.run(jobs[i][0], jobs[i][1])
-                    return sandbox
-                except SandboxError as e:
-                    if sandbox is not None:
-                        sandbox.close()
-                        sandbox = None
-                    if attempt == 2 and keep_infra_failures and not stop.is_set():
-                        lost.append(i)
-                        if len(lost) > most_lost:
-                            raise SandboxError(f"the sandbox failed on {len(lost)} of {len(jobs)} programs, each "
-                                               f"twice: it is broken, not a program (last: {e})") from e
-                        results[i] = InfraFailure(str(e))
-                        return None
-                    if attempt == 2 or stop.is_set():
-                        raise
-
-        def worker(finished):
-            sandbox = None
-            try:
-                while not stop.is_set():
-                    try:
-                        i = todo.get_nowait()
-                    except queue.Empty:
-                        return
-                    sandbox = judge(sandbox, i)
-                    if bar:
-                        bar.update(1)
-            except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread below
-                errors.append(e)
-                stop.set()
-            finally:
-                if sandbox is not None:
-                    sandbox.close()
-                finished.set()
-
-        n = max(1, min(workers or default_workers(), len(jobs)))
-        # (Events, not Thread.join: a join that a signal interrupted may return early the next time.)
-        finished = [threading.Event() for _ in range(n)]
-        with _sigterm_as_exit():
-            try:
-                for event in finished:
-                    threading.Thread(target=worker, args=(event,), daemon=True).start()
-                for event in finished:
-                    event.wait()
-            except BaseException:  # Ctrl-C or SIGTERM: stop the workers, which close their sandboxes
-                stop.set()
-                for sandbox in list(live):
-                    sandbox.interrupt()
-                for event in finished:
-                    event.wait(timeout=30)
-                raise
-        if errors:
-            raise errors[0]
-        if unbounded:
-            again = [i for i, res in enumerate(results) if not isinstance(res, InfraFailure) and waited_out(res)]
-            if again:
-                with Sandbox(lim, isolation, grader) as sandbox:
-                    for i in again:
-                        results[i] = sandbox.run(jobs[i][0], jobs[i][1])
-        return results
+            return _judge_with_executor(jobs, lim, isolation, grader, executor, workers, bar)
+        return _judge_in_threads(jobs, lim, resolve_isolation(isolation), grader, workers, bar, keep_infra_failures)
     finally:
         if bar:
             bar.close()
+
+
+def _judge_with_executor(jobs, lim, isolation, grader, executor, workers, bar) -> list:
+    """run_batch through an executor: chunks of jobs, each judged in one sandbox where the executor runs it."""
+    results: list = [None] * len(jobs)
+    n_chunks = max(1, min(len(jobs), 4 * (workers or default_workers())))
+    chunks = [list(range(len(jobs)))[c::n_chunks] for c in range(n_chunks)]
+    futures = {executor.submit(_run_chunk, [jobs[i] for i in idx], lim, isolation, grader): idx
+               for idx in chunks if idx}
+    for fut in concurrent.futures.as_completed(futures):
+        for i, res in zip(futures[fut], fut.result()):
+            results[i] = res
+        if bar:
+            bar.update(len(futures[fut]))
+    return results
+
+
+def _judge_in_threads(jobs, lim, isolation, grader, workers, bar, keep_infra_failures) -> list:
+    """run_batch's own way: `workers` threads, each judging jobs from a shared queue in a sandbox of its own
+    (replaced when it fails), then the programs that may have timed out waiting judged again, alone."""
+    results: list = [None] * len(jobs)
+    todo: queue.Queue = queue.Queue()
+    for i in range(len(jobs)):
+        todo.put(i)
+    live, errors, unbounded, lost = [], [], [], []
+    stop = threading.Event()
+    most_lost = max(MAX_INFRA_FAILURES, len(jobs) // 10)
+
+    def judge(sandbox, i):
+        """jobs[i] in `sandbox` (or a new one), replaced and tried again once if it fails; the sandbox."""
+        for attempt in (1, 2):
+            try:
+                if sandbox is None:
+                    sandbox = Sandbox(lim, isolation, grader)
+                    live.append(sandbox)
+                    if not sandbox.cpu_bounded:
+                        unbounded.append(True)
+                results[i] = sandbox.run(jobs[i][0], jobs[i][1])
+                return sandbox
+            except SandboxError as e:
+                if sandbox is not None:
+                    sandbox.close()
+                    sandbox = None
+                if attempt == 2 and keep_infra_failures and not stop.is_set():
+                    lost.append(i)
+                    if len(lost) > most_lost:
+                        raise SandboxError(f"the sandbox failed on {len(lost)} of {len(jobs)} programs, each "
+                                           f"twice: it is broken, not a program (last: {e})") from e
+                    results[i] = InfraFailure(str(e))
+                    return None
+                if attempt == 2 or stop.is_set():
+                    raise
+
+    def worker(finished):
+        sandbox = None
+        try:
+            while not stop.is_set():
+                try:
+                    i = todo.get_nowait()
+                except queue.Empty:
+                    return
+                sandbox = judge(sandbox, i)
+                if bar:
+                    bar.update(1)
+        except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread below
+            errors.append(e)
+            stop.set()
+        finally:
+            if sandbox is not None:
+                sandbox.close()
+            finished.set()
+
+    n = max(1, min(workers or default_workers(), len(jobs)))
+    # (Events, not Thread.join: a join that a signal interrupted may return early the next time.)
+    finished = [threading.Event() for _ in range(n)]
+    with _sigterm_as_exit():
+        try:
+            for event in finished:
+                threading.Thread(target=worker, args=(event,), daemon=True).start()
+            for event in finished:
+                event.wait()
+        except BaseException:  # Ctrl-C or SIGTERM: stop the workers, which close their sandboxes
+            stop.set()
+            for sandbox in list(live):
+                sandbox.interrupt()
+            for event in finished:
+                event.wait(timeout=30)
+            raise
+    if errors:
+        raise errors[0]
+    again = [i for i, res in enumerate(results) if not isinstance(res, InfraFailure) and waited_out(res)]
+    if unbounded and again:
+        with Sandbox(lim, isolation, grader) as sandbox:
+            for i in again:
+                results[i] = sandbox.run(jobs[i][0], jobs[i][1])
+    return results
 
 
 @contextlib.contextmanager

@@ -326,6 +326,31 @@ class Runner:
         """The largest message the runner can honestly send: a report of three capped streams."""
         return 3 * self.limits.output_bytes + (1 << 16)
 
+    def _job_limits(self) -> dict:
+        """The limits the runner applies to each test of a job."""
+        lim = self.limits
+        # RLIMIT_NPROC counts per uid and user namespace: it binds the sandbox alone under a reserved uid or in
+        # bwrap's own user namespace (non-root), else the user's processes.
+        return {"timeout_s": lim.timeout_s, "memory_mb": lim.memory_mb, "output_bytes": lim.output_bytes,
+                "max_files": lim.max_files, "max_procs": lim.max_procs if self._lease or self.isolation == "bwrap" else 0}
+
+    def _lost_runner(self, job: dict, *, frozen: bool, oom_kills: int, out_of_time: bool) -> TestResult:
+        """The verdict on a test that cost the runner its life (or froze it, or ran out of the program's time),
+        once the runner is killed; the job is rewritten for the next runner, without importing ahead."""
+        self._kill()
+        # The kernel's OOM killer picks the largest process of the cgroup, which is the runner when the test's
+        # memory is in no process (memory files, kernel buffers), and a cgroup short of memory can stall the
+        # runner: either way the test's doing.
+        status, detail = ("timeout", OUT_OF_TIME) if out_of_time else \
+            ("memory_limit", "the test's processes together went over the memory limit (the sandbox was lost "
+                             "with them)") if self._oom_kills() > oom_kills else \
+            ("timeout", "the sandbox stopped answering") if frozen else \
+            ("runtime_error", "the program killed its sandbox")
+        self.restarts += 1
+        job["imports"] = []  # the rest without importing ahead: that may be what failed
+        self._write_job(job)
+        return TestResult(False, status, detail=detail)
+
     def reports(self, program: str, inputs: list, fn_name: str | None = None, budget_s: float | None = None):
         """Run `program` on each input in order; yield (k, report) where report is the runner's raw
         dict (stdout, stderr, exit, result, ...) or, for a test that cost the runner its life or hit the
@@ -333,11 +358,7 @@ class Runner:
         that already says so."""
         lim = self.limits
         job = {"program": program, "inputs": inputs, "fn_name": fn_name, "imports": imported_modules(program),
-               "limits": {"timeout_s": lim.timeout_s, "memory_mb": lim.memory_mb, "output_bytes": lim.output_bytes,
-                          "max_files": lim.max_files,
-                          # RLIMIT_NPROC counts per uid and user namespace: it binds the sandbox alone under a
-                          # reserved uid or in bwrap's own user namespace (non-root), else the user's processes.
-                          "max_procs": lim.max_procs if self._lease or self.isolation == "bwrap" else 0}}
+               "limits": self._job_limits()}
         self._write_job(job)
         k = 0
         if budget_s is None:
@@ -392,20 +413,8 @@ class Runner:
                 if k < len(inputs):
                     # Killed, frozen (SIGSTOP) or garbled by the program, or out of total time: judge
                     # test k (the first one not reported), replace the runner, go on with k + 1.
-                    frozen = msg is None and not self._eof
-                    self._kill()
-                    # The kernel's OOM killer picks the largest process of the cgroup, which is the runner when
-                    # the test's memory is in no process (memory files, kernel buffers), and a cgroup short of
-                    # memory can stall the runner: either way the test's doing.
-                    status, detail = ("timeout", OUT_OF_TIME) if time.monotonic() >= program_deadline else \
-                        ("memory_limit", "the test's processes together went over the memory limit (the sandbox "
-                                         "was lost with them)") if self._oom_kills() > oom_kills else \
-                        ("timeout", "the sandbox stopped answering") if frozen else \
-                        ("runtime_error", "the program killed its sandbox")
-                    self.restarts += 1
-                    job["imports"] = []  # the rest without importing ahead: that may be what failed
-                    self._write_job(job)
-                    yield k, TestResult(False, status, detail=detail)
+                    yield k, self._lost_runner(job, frozen=msg is None and not self._eof, oom_kills=oom_kills,
+                                               out_of_time=time.monotonic() >= program_deadline)
                     k += 1
                     break
                 self._kill()  # every test reported, but the runner said something unexpected
