@@ -106,7 +106,8 @@ SETTINGS = cli.settings_of(parser(), besides={
 def main(argv=None):
     """collect.py's command line: parse the flags, then collect; Ctrl-C says what the run keeps."""
     args = parse_args(argv)
-    with cli.interrupt_message("every finished problem is in --out's raw.jsonl or its shards", cli.command_line(__file__, argv)):
+    kept = "every finished problem is in --out's raw.jsonl or its shards"
+    with cli.interrupt_message(kept, cli.command_line(__file__, argv)):
         collect(args)
 
 

@@ -5,11 +5,11 @@ merge into the outputs one process writes.
     ranks = join_launch(args)                      # rank 0 of 1 without a distributed launch
     done = finished_ids(ranks, path)               # records in PATH and in its shards (a --resume)
     timings = roll_out_share(ranks, problems, done, args.batch_problems, path, roll_out_block)
-    records = finish(ranks, path, problems)        # rank 0: the merged file, in problem order; others: None
+    records = finish(ranks, path, problems, engine)  # rank 0: the merged file, in problem order; others: None
 
 The problems are cut into blocks of --batch-problems at fixed positions; a block is seeded by its position
 (never by a rank), so which rank rolls it out changes nothing it samples. The blocks not finished yet are
-dealt round-robin to the data ranks; each rank builds its own engine on its own device (the transformers
+dealt round-robin to the ranks; each rank builds its own engine on its own device (the transformers
 engine, or vLLM with one GPU per rank) and grades with its share of the node's cores. In one process
 records are appended to PATH itself; on N ranks each rank appends to DIR/shards/NAME.rank-R.jsonl and,
 once all are done, rank 0 merges PATH and the shards into PATH (written beside and renamed: never half a
@@ -32,7 +32,8 @@ from cobalt_min.jsonl import append_jsonl, read_jsonl, write_jsonl
 
 @dataclasses.dataclass
 class Ranks:
-    """This process's place in the launch: data rank `rank` of `world`, `local_world` ranks on this node."""
+    """This process's place in the launch: rank `rank` of `world`, `local_world` ranks on this node (each
+    with its own engine: under a launch, --tensor-parallel-size is 1)."""
     rank: int = 0
     world: int = 1
     local_world: int = 1
@@ -180,8 +181,8 @@ def roll_out_share(ranks: Ranks, problems: list, done: set, size: int, path: Pat
 
 def finish(ranks: Ranks, path: Path, problems: list, engine=None) -> list[dict] | None:
     """Every rank shuts its vLLM engine down (it must leave its process groups first) and leaves the
-    launch's process group. Rank 0: PATH and its shards merged into PATH in problem order (records of other problems after
-    them, as they were), shards removed; returns the records of `problems`. Other ranks: None."""
+    launch's process group. Rank 0: PATH and its shards merged into PATH in problem order (records of other
+    problems after them, as they were), shards removed; returns the records of `problems`. Others: None."""
     if ranks.world > 1 and hasattr(engine, "close"):
         engine.close()
     ranks.close()
