@@ -42,11 +42,10 @@ from tqdm.auto import tqdm
 
 from cobalt_min import cli, grpo_mt, verpo
 from cobalt_min.checkpoint import save_checkpoint, save_final_policy
-from cobalt_min.generation import load_model
 from cobalt_min.grpo import AGGREGATIONS, group_advantages, policy_loss
 from cobalt_min.jsonl import append_jsonl
 from cobalt_min.launch import kept_checkpoint, resume_run, start_run
-from cobalt_min.learner import (Learner, batched_logprobs, count_nonfinite, make_learner, micro_batches,
+from cobalt_min.learner import (Learner, batched_logprobs, count_nonfinite, load_policy, make_learner, micro_batches,
                                 optimizer_step, policy_sampling, sample_from_policy, seeds_of_share, sync_sampler)
 from cobalt_min.logprobs import SequenceBatch, pack_groups
 from cobalt_min.monitoring import cost_per_example, mean, step_metrics, timed, tracker_tag, validate
@@ -331,7 +330,7 @@ def train(args):
     accelerator, mixed, model_path, use_vllm, log = start_run(args, SETTINGS)
     out, main_process, world = Path(args.out), accelerator.is_main_process, accelerator.num_processes
     dtype = getattr(torch, args.dtype)  # the master weights'
-    tokenizer, policy = load_model(model_path, dtype=dtype, trainable=True)
+    tokenizer, policy = load_policy(args, accelerator, model_path, dtype)  # (--fsdp: rank 0 reads the weights)
     data, val_contexts, too_long, steps_per_epoch, total_steps = load_training_data(args, tokenizer, log)
     workers = args.workers or max(1, (os.cpu_count() or 1) // world)
     learner = make_learner(args, accelerator, model_path, use_vllm, tokenizer, policy,

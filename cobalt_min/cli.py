@@ -117,12 +117,16 @@ def interrupt_message(kept, again: str):
 
 
 def command_line(script: str, argv=None) -> str:
-    """The command that continues this run, for Ctrl-C messages: `python SCRIPT ARGS --resume`, quoted
-    for a shell (argv: the arguments main() got; None: this process's own)."""
+    """The command that continues this run, for Ctrl-C messages: `python SCRIPT ARGS --resume` (under a
+    distributed launch `torchrun --nproc_per_node=N SCRIPT ...`: --resume continues on any number of
+    ranks), quoted for a shell (argv: the arguments main() got; None: this process's own)."""
     args = list(sys.argv[1:] if argv is None else argv)
     if "--resume" not in args:
         args.append("--resume")
-    return shlex.join(["python", os.path.relpath(script)] + args)
+    launcher = ["python"]
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # (a torchrun / accelerate launch: the same launch again)
+        launcher = ["torchrun", f"--nproc_per_node={os.environ.get('LOCAL_WORLD_SIZE', os.environ['WORLD_SIZE'])}"]
+    return shlex.join(launcher + [os.path.relpath(script)] + args)
 
 
 def record_settings(out, args, keys: tuple, resume: bool) -> None:

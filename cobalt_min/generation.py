@@ -67,11 +67,13 @@ def load_error(path: str, options: dict, error: Exception) -> str:
     return f"{error}"
 
 
-def load_model(path: str, *, gguf_file: str | None = None, dtype="auto", device=None, trainable: bool = False):
+def load_model(path: str, *, gguf_file: str | None = None, dtype="auto", device=None, trainable: bool = False,
+               meta: bool = False):
     """Load (tokenizer, model). A GGUF checkpoint is de-quantized; with trainable=True it is also
     rebuilt as a plain model (transformers marks GGUF models as quantized: they cannot be trained or
-    saved with save_pretrained)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    saved with save_pretrained). meta=True: the architecture alone, on the meta device (no weights read,
+    no memory; learner.load_policy: another rank reads them)."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
     if (Path(path) / "train_state.json").exists() and (Path(path) / ".metadata").exists():
         raise SystemExit(f"error: {path} is a training checkpoint (each rank's shard), not a model folder: export it "
                          f"with `python -m cobalt_min.checkpoint export {path} --model BASE_MODEL --out FOLDER` "
@@ -81,10 +83,17 @@ def load_model(path: str, *, gguf_file: str | None = None, dtype="auto", device=
     options = hub_options(folder)
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder, **kw, **options)
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, **kw, **options)
+        if meta:
+            config = AutoConfig.from_pretrained(folder, **kw, **options)
+            if hasattr(config, "quantization_config"):  # (a GGUF file's: the copy is a plain model)
+                del config.quantization_config
+            with torch.device("meta"):
+                model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+        else:
+            model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, **kw, **options)
     except (OSError, ValueError) as e:
         raise SystemExit(f"error: could not load model {path}: {load_error(path, options, e)}") from None
-    if gguf_file and trainable:
+    if gguf_file and trainable and not meta:
         model = dequantized_copy(model)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token

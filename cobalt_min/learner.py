@@ -4,6 +4,7 @@ micro-batches that every rank runs the same number of, the no-gradient log-prob 
 step that skips a non-finite gradient, and the weight push to a sampler holding its own copy. Plumbing:
 nothing here changes what is learned (train.py says what is).
 
+    tokenizer, policy = load_policy(args, accelerator, model_path, dtype)  # under --fsdp: rank 0 reads it
     learner = make_learner(args, accelerator, model_path, use_vllm, tokenizer, policy, compute_dtype)
     completions = sample_from_policy(learner, prompts, n=G, temperature=1.0, ...)  # completions[b][k]
     plan = micro_batches(sequences, rows, args, accelerator)                       # index tensors
@@ -20,10 +21,10 @@ from accelerate import Accelerator
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule
 
-from cobalt_min.generation import HFEngine, check_stop_rule, request_seeds
+from cobalt_min.generation import HFEngine, check_stop_rule, load_model, request_seeds
 from cobalt_min.vllm_engine import VLLMEngine
 from cobalt_min.logprobs import LogprobModel, SequenceBatch, enable_checkpointing
-from cobalt_min.sharding import full_norm, full_weights, shard_model
+from cobalt_min.sharding import broadcast_from_rank0, fill_from_rank0, full_norm, full_weights, shard_model
 
 
 @dataclasses.dataclass
@@ -53,6 +54,14 @@ def frozen(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
     return copy.deepcopy(model, memo).requires_grad_(False).eval()
 
 
+def load_policy(args, accelerator, model_path: str, dtype: torch.dtype):
+    """(tokenizer, policy) in `dtype`. Under --fsdp on several ranks only rank 0 reads the weights; the others
+    build the model on the meta device (no memory) and make_learner fills their shards from rank 0: host
+    memory for one full copy of the model on rank 0, not one per rank (65 GB per rank for an 8B model)."""
+    meta = args.fsdp and accelerator.num_processes > 1 and not accelerator.is_main_process
+    return load_model(model_path, dtype=dtype, trainable=True, meta=meta)
+
+
 def make_learner(args, accelerator, model_path: str, use_vllm: bool, tokenizer, policy, compute_dtype) -> Learner:
     """Wrap the policy for the ranks (DDP through Accelerate, or FSDP2 shards with --fsdp), make the frozen
     reference, AdamW at a constant learning rate (as the paper) and the sampler."""
@@ -65,12 +74,23 @@ def make_learner(args, accelerator, model_path: str, use_vllm: bool, tokenizer, 
     # (a float32 residual stream), and so does the reference: same weights, same arithmetic.
     ref_lm = frozen(policy, compute_dtype if args.fsdp else policy.dtype) if args.kl_coef != 0.0 else None
     # Under --fsdp the policy's weights are shards: the transformers engine samples from a full copy.
-    sampler_lm = frozen(policy, compute_dtype).to(accelerator.device) if args.fsdp and not use_vllm else None
+    sampler_lm = frozen(policy, compute_dtype) if args.fsdp and not use_vllm else None
     if args.fsdp:
-        mesh = init_device_mesh(accelerator.device.type, (accelerator.num_processes,))
+        # Only rank 0 read the weights (load_policy): its full ones fill every rank's shards once sharded.
+        many, device = accelerator.num_processes > 1, accelerator.device
+        states = [{"lm." + k: v for k, v in lm.state_dict().items()}
+                  if lm is not None and many and accelerator.is_main_process else {} for lm in (policy, ref_lm)]
+        if sampler_lm is not None:
+            sampler_lm = broadcast_from_rank0(sampler_lm, device) if many else sampler_lm.to(device)
+        mesh = init_device_mesh(device.type, (accelerator.num_processes,))
         wrapped = shard_model(LogprobModel(policy, args.logprob_chunk), mesh,
                               compute_dtype if compute_dtype != policy.dtype else None)
         ref = shard_model(LogprobModel(ref_lm, args.logprob_chunk), mesh) if ref_lm is not None else None
+        if many:
+            for model, state in zip((wrapped, ref), states):
+                if model is not None:
+                    fill_from_rank0(model, state, device)
+            del states  # (rank 0: the full weights it read go now)
     else:
         wrapped = accelerator.prepare(LogprobModel(policy, args.logprob_chunk))  # DDP across ranks
         # (not prepared: a frozen model needs no gradient sync, and is then not saved in checkpoints)

@@ -13,6 +13,7 @@ its weights are gathered just before its forward (and again in backward) and fre
 holds its 1/world share of every weight, gradient and optimizer state plus one layer in full.
 """
 
+import itertools
 from collections.abc import Iterator
 
 import torch
@@ -29,6 +30,33 @@ def shard_model(model: torch.nn.Module, mesh, compute_dtype: torch.dtype | None 
     for layer in model.lm.get_decoder().layers:
         fully_shard(layer, mesh=mesh, mp_policy=policy)
     fully_shard(model, mesh=mesh, mp_policy=policy)
+    return model
+
+
+def fill_from_rank0(model: torch.nn.Module, full_state: dict, device) -> None:
+    """Every rank's shards of a model that only rank 0 read from disk (learner.load_policy): rank 0 passes its
+    full weights (`full_state`, taken before sharding), the others {} and a model built on the meta device,
+    which gets memory for its shards here. The weights go one tensor at a time from rank 0 into the shards
+    (set_model_state_dict, broadcast_from_rank0), then the buffers, which are not sharded and, when not
+    persistent (the rotary inv_freq), in no state dict. A collective: every rank calls it."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+    if any(t.is_meta for t in itertools.chain(model.parameters(), model.buffers())):
+        model.to_empty(device=device)
+    set_model_state_dict(model, full_state, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+    for buffer in model.buffers():
+        torch.distributed.broadcast(buffer, src=0)
+
+
+def broadcast_from_rank0(model: torch.nn.Module, device) -> torch.nn.Module:
+    """A full (unsharded) copy of a Hugging Face model that only rank 0 read from disk, on every rank: the
+    others' meta copy gets memory, then every parameter and buffer comes from rank 0. Returns it on `device`."""
+    if any(t.is_meta for t in model.parameters()):
+        model = model.to_empty(device=device)
+        model.tie_weights()  # (to_empty makes a new tensor for each module's parameter, a tied one too)
+    else:
+        model = model.to(device)
+    for t in itertools.chain(model.parameters(), model.buffers()):
+        torch.distributed.broadcast(t.data, src=0)
     return model
 
 

@@ -17,7 +17,8 @@ from accelerate import Accelerator  # noqa: E402
 from cobalt_min.checkpoint import save_final_policy  # noqa: E402
 from cobalt_min.generation import load_model  # noqa: E402
 from cobalt_min.logprobs import LogprobModel, pack_groups  # noqa: E402
-from cobalt_min.sharding import full_norm, full_weights, shard_model  # noqa: E402
+from cobalt_min.sharding import (broadcast_from_rank0, fill_from_rank0, full_norm, full_weights,  # noqa: E402
+                                 shard_model)
 
 accelerator = Accelerator(cpu=True)
 assert accelerator.num_processes == 2 and dist.get_world_size() == 2
@@ -77,5 +78,24 @@ if accelerator.is_main_process:
         assert torch.equal(p, q), name
     shutil.rmtree(folder)
 accelerator.wait_for_everyone()
+
+# 5. Only rank 0 reads the weights (learner.load_policy): rank 1 builds the model on the meta device and
+#    fill_from_rank0 gives it its shards and the buffers (the rotary inv_freq is in no state dict): the same
+#    as the shards of a model both ranks read; broadcast_from_rank0 makes a full copy the same way.
+_, lm2 = load_model(sys.argv[1], dtype=torch.float32, meta=not accelerator.is_main_process)
+assert all(p.is_meta for p in lm2.parameters()) == (not accelerator.is_main_process)
+state = {"lm." + k: v for k, v in lm2.state_dict().items()} if accelerator.is_main_process else {}
+full_copy = broadcast_from_rank0(copy.deepcopy(lm2), accelerator.device)
+filled = shard_model(LogprobModel(lm2, chunk_tokens=5), mesh)
+fill_from_rank0(filled, state, accelerator.device)
+assert len(list(filled.parameters())) == len(list(ref.parameters())) and len(list(full_copy.parameters())) == \
+    len(list(plain.parameters()))  # a tied LM head still the embedding
+for (name, p), q in zip(filled.named_parameters(), ref.parameters()):  # ref: sharded from the model as read
+    assert torch.equal(p.to_local(), q.to_local()), name
+for model in (filled.lm, full_copy):
+    for (name, b), c in zip(model.named_buffers(), plain.buffers()):
+        assert b.dtype == c.dtype == torch.float32 and torch.equal(b, c), name
+for (name, p), q in zip(full_copy.named_parameters(), plain.parameters()):
+    assert torch.equal(p, q), name
 print("fsdp pieces ok", flush=True)
 dist.destroy_process_group()

@@ -205,3 +205,14 @@ def test_a_runs_settings_record_its_code_versions_and_inputs(tmp_path):
     assert len(run["git_commit"] or "") == 40 and "torch" in run["versions"] and "transformers" in run["versions"]
     assert run["input_files"] == {str(problems): "sha256:" + hashlib.sha256(b'{"x": 1}\n').hexdigest()}
     cli.record_settings(tmp_path, args, ("problems", "samples"), resume=True)  # the record is not a setting
+
+
+def test_the_command_that_continues_a_run_is_the_launch_it_ran_in(monkeypatch):
+    from cobalt_min.cli import command_line
+    monkeypatch.chdir(ROOT)  # (the script is named relative to the working folder)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert command_line(os.path.join(ROOT, "evaluate.py"), ["--out", "o"]) == "python evaluate.py --out o --resume"
+    monkeypatch.setenv("WORLD_SIZE", "16")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    assert command_line(os.path.join(ROOT, "collect.py"), ["--out", "o x", "--resume"]) == \
+        "torchrun --nproc_per_node=8 collect.py --out 'o x' --resume"
