@@ -57,6 +57,7 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--tensor-parallel-size", type=cli.count, default=1, help="vLLM tensor parallel size")
     g.add_argument("--vllm-gpu-memory-utilization", type=cli.probability, default=0.9,
                    help="vLLM's share of the GPU's memory")
+    g.add_argument("--vllm-max-num-seqs", type=cli.count, default=None, help="vLLM: sequences in flight at most")
     cli.renamed(g, "--gpu-memory-utilization", "is now --vllm-gpu-memory-utilization (as in train.py)")
     g = ap.add_argument_group("problems")
     cli.problem_flags(g, required=False, what="the problems to collect on")
@@ -100,7 +101,8 @@ def parse_args(argv=None):
 # is a setting: each batch is seeded by its position.
 SETTINGS = cli.settings_of(parser(), besides={
     "dist_timeout_minutes", "dtype", "engine", "gen_batch_size", "log_with", "m", "out", "process_only",
-    "prompt_budget", "resume", "split", "tensor_parallel_size", "tokenizer", "vllm_gpu_memory_utilization", "workers"})
+    "prompt_budget", "resume", "split", "tensor_parallel_size", "tokenizer", "vllm_gpu_memory_utilization",
+    "vllm_max_num_seqs", "workers"})
 
 
 def main(argv=None):

@@ -56,6 +56,7 @@ def parser() -> argparse.ArgumentParser:
     cli.renamed(g, "--gpu-memory-utilization", "is now --vllm-gpu-memory-utilization (as in train.py)")
     g.add_argument("--vllm-gpu-memory-utilization", type=cli.probability, default=0.9,
                    help="vLLM share of GPU memory")
+    g.add_argument("--vllm-max-num-seqs", type=cli.count, default=None, help="vLLM: sequences in flight at most")
     g = ap.add_argument_group("problems")
     cli.problem_flags(g, required=True, what="the problems to evaluate on")
     cli.renamed(g, "--split", "is now --problem-split (collect.py's --split chooses training or validation contexts)")
@@ -99,7 +100,7 @@ def parse_args(argv=None):
 # but these (how fast, where). --batch-problems is a setting: each batch is seeded by its position.
 SETTINGS = cli.settings_of(parser(), besides={
     "dist_timeout_minutes", "dtype", "engine", "gen_batch_size", "log_with", "out", "resume", "tensor_parallel_size",
-    "vllm_gpu_memory_utilization", "workers"})
+    "vllm_gpu_memory_utilization", "vllm_max_num_seqs", "workers"})
 
 
 def main(argv=None):

@@ -73,6 +73,7 @@ g.add_argument("--engine", default="auto", choices=["auto", "vllm", "hf"],
                help="sampler: vLLM (weights pushed each step) or transformers (auto: vLLM when installed with a GPU)")
 g.add_argument("--vllm-gpu-memory-utilization", type=cli.probability, default=0.3,
                help="vLLM's share of the GPU, colocated with training (CPU build: VLLM_CPU_KVCACHE_SPACE GiB)")
+g.add_argument("--vllm-max-num-seqs", type=cli.count, default=None, help="vLLM: sequences in flight at most")
 g.add_argument("--gen-batch-size", type=cli.count, default=64, help="transformers engine: sequences per generate")
 g = ap.add_argument_group("method and data")
 g.add_argument("--method", default="cobalt", choices=["cobalt", "grpo-mt", "verpo-mt"],
@@ -150,7 +151,7 @@ SETTINGS = cli.settings_of(ap, besides={
     "engine", "vllm_gpu_memory_utilization", "gen_batch_size", "gradient_checkpointing", "workers", "logprob_chunk",
     "micro_batch_size", "micro_batch_tokens", "max_steps", "max_nonfinite_steps", "val_contexts", "val_every",
     "val_limit", "val_temperature", "save_every", "keep_checkpoints", "log_with", "dist_timeout_minutes", "out",
-    "save_dtype", "resume"})
+    "save_dtype", "resume", "vllm_max_num_seqs"})
 parse_args = ap.parse_args
 
 

@@ -360,7 +360,7 @@ def make_engine(kind: str, model_path: str, **kw):
     if engine_kind(kind, gguf_file or model_path) == "vllm":
         check_stop_rule(kw.get("stop_after_code", False))
         vkw = {k: kw[k] for k in ("thinking", "tensor_parallel_size", "gpu_memory_utilization", "dtype", "seed",
-                                  "max_model_len") if k in kw}
+                                  "max_model_len", "max_num_seqs") if k in kw}
         from cobalt_min.vllm_engine import VLLMEngine
         return VLLMEngine(model_path, **vkw)
     hkw = {k: kw[k] for k in ("thinking", "dtype", "device", "batch_size", "stop_after_code") if k in kw}

@@ -100,7 +100,8 @@ def make_learner(args, accelerator, model_path: str, use_vllm: bool, tokenizer, 
         check_stop_rule(args.stop_after_code)
         engine = VLLMEngine(model_path, thinking=args.thinking, seed=args.seed, dtype=compute_dtype,
                             gpu_memory_utilization=args.vllm_gpu_memory_utilization,
-                            max_model_len=args.max_prompt_tokens + args.max_new_tokens)
+                            max_model_len=args.max_prompt_tokens + args.max_new_tokens,
+                            max_num_seqs=args.vllm_max_num_seqs)
     else:
         engine = HFEngine(model_path, model=sampler_lm if args.fsdp else accelerator.unwrap_model(wrapped).lm,
                           tokenizer=tokenizer, device=accelerator.device, thinking=args.thinking,

@@ -95,7 +95,7 @@ def make_script_engine(args, ranks: Ranks):
     return make_engine(args.engine, model, thinking=args.thinking, dtype=args.dtype, batch_size=args.gen_batch_size,
                        tensor_parallel_size=args.tensor_parallel_size, device=ranks.device,
                        gpu_memory_utilization=args.vllm_gpu_memory_utilization, seed=args.seed,
-                       stop_after_code=args.stop_after_code)
+                       max_num_seqs=args.vllm_max_num_seqs, stop_after_code=args.stop_after_code)
 
 
 def sandbox_workers(args, ranks: Ranks) -> int | None:

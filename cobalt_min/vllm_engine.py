@@ -25,18 +25,21 @@ class VLLMEngine:
 
     Memory: max_model_len (prompt budget + new tokens; train.py passes --max-prompt-tokens +
     --max-new-tokens) bounds what vLLM reserves per sequence (left unset, it would size for the model's
-    whole context: 40,960 tokens for Qwen3-8B) and max_num_batched_tokens the tokens one forward runs.
+    whole context: 40,960 tokens for Qwen3-8B), max_num_batched_tokens the tokens one forward runs and
+    max_num_seqs (default vLLM's) the sequences in flight.
     On GPUs the engine takes gpu_memory_utilization of the device; on vLLM's CPU build, whose share
     would be of the machine's RAM, the KV cache gets kv_cache_gb GiB instead (VLLM_CPU_KVCACHE_SPACE)."""
 
     def __init__(self, model_path: str, *, thinking: bool | None = None, tensor_parallel_size: int = 1,
                  gpu_memory_utilization: float = 0.3, dtype="auto", seed: int = 0, max_model_len: int | None = None,
-                 max_num_batched_tokens: int = 8192, kv_cache_gb: float | None = None):
+                 max_num_batched_tokens: int = 8192, kv_cache_gb: float | None = None, max_num_seqs: int | None = None):
         check_vllm_api()
         from vllm import LLM
         kw = vllm_launch_kwargs(tensor_parallel_size, seed)
         if max_model_len:
             kw.update(max_model_len=max_model_len, max_num_batched_tokens=max_num_batched_tokens)
+        if max_num_seqs:  # sequences in flight at most: fewer than the KV cache holds means no preemption
+            kw["max_num_seqs"] = max_num_seqs
         if vllm_build() == "cpu":
             kv_cache_gb = kv_cache_gb or float(os.environ.get("VLLM_CPU_KVCACHE_SPACE") or 1)
             kw["kv_cache_memory_bytes"] = int(kv_cache_gb * (1 << 30))

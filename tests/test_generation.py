@@ -112,6 +112,7 @@ def test_vllm_engines_join_a_distributed_launch_one_per_rank(tiny_model_dir, tmp
     for rank, log in enumerate(logs):
         assert log["llm"]["distributed_executor_backend"] == "external_launcher"
         assert log["llm"]["seed"] == rank and log["llm"]["tensor_parallel_size"] == 1
+        assert log["llm"]["max_num_seqs"] == 5
         [call] = log["sampling"]
         assert [p["seed"] for p in call] == request_seeds(rank, 3, 2)  # one SamplingParams per request
         assert all(p["n"] == 2 and p["max_tokens"] == 5 for p in call)

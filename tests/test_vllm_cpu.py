@@ -118,7 +118,8 @@ def test_evaluate_on_two_ranks_with_a_vllm_engine_each(model_dir, tmp_path):
     # evaluate.py under torchrun: each rank its own vLLM engine (external_launcher, one per rank), its share of
     # the problems by position, rank 0 merging the shards: the records of one process with one engine.
     args = [os.path.join(ROOT, "evaluate.py"), "--model", model_dir, "--problems", "demo", "--limit", "3",
-            "--engine", "vllm", "--samples", "2", "--turns", "2", "--max-new-tokens", "8", "--batch-problems", "1"]
+            "--engine", "vllm", "--samples", "2", "--turns", "2", "--max-new-tokens", "8", "--batch-problems", "1",
+            "--vllm-max-num-seqs", "3"]  # (vLLM queues what does not fit in flight)
     one = subprocess.run([sys.executable, *args, "--out", str(tmp_path / "one")], cwd=ROOT, capture_output=True,
                          text=True, timeout=600)
     assert one.returncode == 0, one.stderr[-3000:]

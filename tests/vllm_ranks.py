@@ -14,7 +14,7 @@ from cobalt_min.sharding import full_weights  # noqa: E402
 model_dir = sys.argv[1]
 dist.init_process_group("gloo")
 rank = dist.get_rank()
-engine = VLLMEngine(model_dir, seed=0)
+engine = VLLMEngine(model_dir, seed=0, max_num_seqs=5)
 prompts = [engine.prompt_ids([{"role": "user", "content": "x" * (k + 1)}]) for k in range(3)]
 engine.sample(prompts, n=2, temperature=1.0, top_p=1.0, max_new_tokens=5, seed=rank)  # a call seed per rank
 _, model = load_model(model_dir)
