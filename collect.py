@@ -35,7 +35,7 @@ from cobalt_min.metrics import summarize
 from cobalt_min.problem_shards import (finish, finished_ids, finished_records, join_launch, make_script_engine,
                                        roll_out_share, sandbox_workers, shard_files, shard_folder)
 from cobalt_min.report import write_report
-from cobalt_min.rollout import lost_conversations, rollout
+from cobalt_min.rollout import lost_conversations, rollout, scored_records
 from cobalt_min.sandbox import require_safe_sandbox
 from cobalt_min.trajectories import PROMPT_BUDGET, build_contexts
 
@@ -169,8 +169,7 @@ def collect(args):
         raise SystemExit(f"error: no raw trajectories in {raw_path}")
     # Trajectories the sandbox failed on (no verdict on a program: rollout.lost_conversations) are left out
     # and counted apart; a problem left with none is left out.
-    infra_errors = sum(len(r.get("infra_failed", [])) for r in records)
-    records = [r for r in records if r["samples"]]
+    records, infra_errors = scored_records(records)
     tok_path = args.tokenizer or model
     count = prompt_token_counter(tok_path, args.thinking) if tok_path else None
     if count is None:

@@ -33,7 +33,7 @@ from cobalt_min.metrics import format_table, plot_pass_at_1, summarize
 from cobalt_min.problem_shards import (finish, finished_ids, finished_records, join_launch, make_script_engine,
                                        roll_out_share, sandbox_workers)
 from cobalt_min.report import write_report
-from cobalt_min.rollout import lost_conversations, rollout
+from cobalt_min.rollout import lost_conversations, rollout, scored_records
 from cobalt_min.sandbox import require_safe_sandbox
 
 
@@ -167,8 +167,7 @@ def evaluate(args):
     # ------------------------------------------------------------------ summary
     # Conversations the sandbox failed on (no verdict on a program: rollout.lost_conversations) are left out
     # of every number and counted apart; a problem left with none is left out of Pass@1.
-    infra_errors = sum(len(r.get("infra_failed", [])) for r in records)
-    records = [r for r in records if r["samples"]]
+    records, infra_errors = scored_records(records)
     summary = summarize(records, args.turns)
     if args.perturbed:
         from cobalt_min.perturbation import wrong_feedback_per_turn

@@ -58,7 +58,8 @@ class Ranks:
             return dict(numbers)
         from accelerate.utils import gather_object
         every = gather_object([numbers])
-        return {k: sum(n.get(k, 0.0) for n in every) for n in every for k in n}
+        keys = dict.fromkeys(k for n in every for k in n)  # (a rank without blocks has none)
+        return {k: sum(n.get(k, 0.0) for n in every) for k in keys}
 
     def close(self) -> None:
         """Leave the process group (a rank that exits inside it may abort at exit)."""
@@ -131,10 +132,9 @@ def finished_records(path: Path, repair: bool = False) -> list[dict]:
 def finished_ids(ranks: Ranks, path: Path) -> set:
     """The problems finished by earlier runs. Rank 0 repairs the files (drops a last line half written
     by a kill) before any rank reads them, and no rank writes before every rank has read them."""
-    if ranks.main:
-        finished_records(path, repair=True)
+    repaired = finished_records(path, repair=True) if ranks.main else None
     ranks.barrier()
-    done = {r["problem_id"] for r in finished_records(path)}
+    done = {r["problem_id"] for r in (repaired if repaired is not None else finished_records(path))}
     ranks.barrier()
     return done
 
@@ -144,8 +144,7 @@ def blocks(problems: list, size: int) -> list[tuple[int, list]]:
     return [(start, problems[start:start + size]) for start in range(0, len(problems), size)]
 
 
-def roll_out_share(ranks: Ranks, problems: list, done: set, size: int, path: Path, roll_out_block,
-                   desc: str = "problems") -> dict:
+def roll_out_share(ranks: Ranks, problems: list, done: set, size: int, path: Path, roll_out_block) -> dict:
     """Roll out this rank's share of the blocks with a problem not done: roll_out_block(position, problems)
     returns (one record per problem, {seconds: ...}); the records of problems not done are appended (and
     flushed) to this rank's file as their block finishes. Returns the seconds spent, summed over ranks.
@@ -155,7 +154,7 @@ def roll_out_share(ranks: Ranks, problems: list, done: set, size: int, path: Pat
     target = ranks.shard(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     todo = sum(p.id not in done for _, block in mine for p in block)
-    label = desc if ranks.world == 1 else f"{desc} (rank {ranks.rank})"
+    label = "problems" if ranks.world == 1 else f"problems (rank {ranks.rank})"
     bar = tqdm(total=todo, desc=label, unit="problem")
     timings: dict = {}
     written = 0

@@ -78,6 +78,12 @@ def lost_conversations(record: dict) -> dict:
     return {**record, "samples": [tr for tr in record["samples"] if not tr.get("infra_error")], "infra_failed": lost}
 
 
+def scored_records(records: list) -> tuple[list, int]:
+    """(the records that keep a scored conversation, the conversations left out: infra_errors), from records
+    made by lost_conversations."""
+    return [r for r in records if r["samples"]], sum(len(r.get("infra_failed", [])) for r in records)
+
+
 def turn_record(t: int, response: str, program, scored_program, verdict: dict | None, message: dict) -> dict:
     """What a trajectory keeps of one turn: the response, its program, the verdicts on the tests shown,
     the pass rates (public, hidden, all: of the scored program), and the feedback shown next."""
