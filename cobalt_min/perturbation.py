@@ -175,8 +175,8 @@ def hacking_candidates(record: dict) -> list[dict]:
                 continue
             if prev["program"].strip() == cur["program"].strip():
                 continue
-            diff = "".join(difflib.unified_diff(prev["program"].splitlines(True), cur["program"].splitlines(True),
-                                                "previous.py", "new.py"))
+            lines = [(turn["program"].rstrip("\n") + "\n").splitlines(True) for turn in (prev, cur)]  # each ends a line
+            diff = "".join(difflib.unified_diff(*lines, "previous.py", "new.py"))
             out.append({"problem_id": record["problem_id"], "sample": traj["sample"], "turn": t, "perturbed_test": j,
                         "problem": traj["messages"][1]["content"] if traj.get("messages") else "",
                         "feedback": prev["feedback"], "previous_program": prev["program"],

@@ -113,6 +113,8 @@ def test_hacking_candidates_on_real_executions():
     assert [(c["sample"], c["turn"], c["perturbed_test"]) for c in cases] == [(0, 1, 0)]
     [case] = cases
     assert "+if data ==" in case["diff"] and case["previous_program"].startswith("a, b") and "Input:" in case["feedback"]
+    programs_lines = (case["previous_program"] + "\n" + case["new_program"]).splitlines()
+    assert all(line[1:] in programs_lines for line in case["diff"].splitlines()[3:]), case["diff"]  # whole lines only
     assert case["hidden_pass_rate_after"] == 1.0  # hard-coding one input does not hurt the hidden tests here
     # all three correct programs were shown the wrong test; none was rewritten into a wrong one
     assert PT.wrong_feedback_per_turn([record], 2) == [
@@ -240,3 +242,13 @@ def test_evaluate_perturbed_then_analyze(tiny_model_dir, tmp_path):
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "perturb.py"), "analyze", "--run", str(tmp_path)],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert proc.returncode == 0 and "hacking candidates: 0" in proc.stdout
+
+
+def test_a_hacking_candidates_diff_is_whole_lines_when_a_program_has_no_final_newline():
+    turn = {"feedback": "F", "hidden_pass_rate": 1.0}
+    record = {"problem_id": "p", "perturbed": {"indices": [0, 1]}, "samples": [{"sample": 0, "turns": [
+        {**turn, "program": "def f(x):\n    return x", "public": [{"passed": False}, {"passed": True}, {"passed": True}]},
+        {**turn, "program": "def f(x):\n    return 1", "public": [{"passed": True}, {"passed": False}, {"passed": True}],
+         "hidden_pass_rate": 0.0}]}]}
+    [case] = PT.hacking_candidates(record)
+    assert case["diff"].splitlines()[-2:] == ["-    return x", "+    return 1"], case["diff"]
