@@ -74,6 +74,7 @@ g.add_argument("--engine", default="auto", choices=["auto", "vllm", "hf"],
 g.add_argument("--vllm-gpu-memory-utilization", type=cli.probability, default=0.3,
                help="vLLM's share of the GPU, colocated with training (CPU build: VLLM_CPU_KVCACHE_SPACE GiB)")
 g.add_argument("--vllm-max-num-seqs", type=cli.count, default=None, help="vLLM: sequences in flight at most")
+g.add_argument("--vllm-sleep-mode", action="store_true", help="vLLM (CUDA): no memory held outside sampling")
 g.add_argument("--gen-batch-size", type=cli.count, default=64, help="transformers engine: sequences per generate")
 g = ap.add_argument_group("method and data")
 g.add_argument("--method", default="cobalt", choices=["cobalt", "grpo-mt", "verpo-mt"],
@@ -146,12 +147,11 @@ g.add_argument("--out", type=cli.output_folder, required=True, help="output fold
 g.add_argument("--save-dtype", default=None, choices=["float32", "bfloat16"],
                help="dtype of --out/final (default: the compute dtype: bfloat16 under --mixed-precision bf16)")
 g.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --out")
-# What decides the run (settings.json; a --resume must keep it): every flag but these.
 SETTINGS = cli.settings_of(ap, besides={
     "engine", "vllm_gpu_memory_utilization", "gen_batch_size", "gradient_checkpointing", "workers", "logprob_chunk",
     "micro_batch_size", "micro_batch_tokens", "max_steps", "max_nonfinite_steps", "val_contexts", "val_every",
     "val_limit", "val_temperature", "save_every", "keep_checkpoints", "log_with", "dist_timeout_minutes", "out",
-    "save_dtype", "resume", "vllm_max_num_seqs"})
+    "save_dtype", "resume", "vllm_max_num_seqs", "vllm_sleep_mode"})  # (what does not decide the run: settings.json)
 parse_args = ap.parse_args
 
 

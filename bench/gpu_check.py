@@ -14,8 +14,11 @@ Steps, each reported as {"ok": bool, ...} or {"skipped": why}:
    demo problems, to the final checkpoint.
 5. two_ranks_fsdp: 2 steps of train.py on 2 GPUs, `torchrun --nproc_per_node 2 train.py --fsdp` (bf16
    compute, KL on, a checkpoint, the final save), with a vLLM engine per rank where vLLM is installed:
-   the steps complete, the peak memory of each rank, and the memory each GPU held during the run
-   (nvidia-smi, every 0.5 s: each rank's engine must sit on its own GPU, so both GPUs hold about as much).
+   the steps complete, step 1's KL is exactly 0 (rank 1's shards of the reference came from rank 0, which
+   alone read the weights), the peak memory of each rank, each rank's peak host RSS at the end of the
+   set-up (rank 1 read no weights), the ranks' time spread per step (rank_spread_s), and the memory each
+   GPU held during the run (nvidia-smi, every 0.5 s: each rank's engine must sit on its own GPU, so both
+   GPUs hold about as much).
 6. bench: bench/bench_gpu.py --quick (0.6B update MFU and memory; engine vs plain generate).
 7. kl_zero_bf16: one train.py step in bf16 with a KL term and one mini-batch: the policy has not moved, so its
    KL to the frozen reference must be exactly 0 (the reference computes the policy's function).
@@ -24,7 +27,9 @@ Steps, each reported as {"ok": bool, ...} or {"skipped": why}:
    fully padded row gives NaN here).
 9. update_memory_vs_plan: one train.py --fsdp step (one rank) of a model sized for it, its peak memory at the
    update against bench/memory_plan.py's prediction for the same config and lengths.
-Steps 2 and 3 need vLLM (`pip install vllm`, see README); without it they are skipped, saying so. Step 5
+10. vllm_sleep_mode: a vLLM engine with sleep mode (train.py --vllm-sleep-mode) gives back most of its share
+   when it sleeps, and after wake_up with step 3's weights its greedy tokens are the updated model's.
+Steps 2, 3 and 10 need vLLM (`pip install vllm`, see README); without it they are skipped, saying so. Step 5
 needs 2 GPUs; the dry run runs it on 2 CPU processes (gloo) with the transformers engine.
 """
 
@@ -143,6 +148,23 @@ def main():
     step(results, "vllm_follows_weights", vllm_follows_weights)
     if "e" in vllm_engine:
         del vllm_engine["e"]
+
+    def vllm_sleep_mode():  # train.py --vllm-sleep-mode: memory given back while asleep, the pushed weights after
+        if not have_vllm:
+            return {"skipped": "vLLM is not installed" if cuda else "dry run (no CUDA)"}
+        from cobalt_min.vllm_engine import VLLMEngine
+        engine = VLLMEngine(model_dir, gpu_memory_utilization=0.3, dtype="float32", seed=0, sleep_mode=True)
+        free_awake = torch.cuda.mem_get_info()[0]
+        engine.sleep()
+        freed = torch.cuda.mem_get_info()[0] - free_awake
+        engine.wake_up(full_weights(model))  # (step 3's nudged weights, when it ran)
+        got, want = greedy(engine, prompts, new_tokens), greedy(hf, prompts, new_tokens)
+        equal = sum(a == b for a, b in zip(got, want))
+        del engine
+        share = 0.3 * torch.cuda.mem_get_info()[1]
+        return {"ok": equal == len(prompts) and freed > 0.5 * share, "freed_gb": round(freed / 1e9, 2),
+                "share_gb": round(share / 1e9, 2), "prompts_equal_after_wake_up": f"{equal}/{len(prompts)}"}
+    step(results, "vllm_sleep_mode", vllm_sleep_mode)
     del model, hf
     if cuda:
         torch.cuda.empty_cache()
@@ -171,9 +193,11 @@ def main():
     def two_ranks_fsdp():
         if cuda and torch.cuda.device_count() < 2:
             return {"skipped": f"{torch.cuda.device_count()} GPU(s): needs 2"}
-        out = os.path.join(work, "train_fsdp")
+        out, rss = os.path.join(work, "train_fsdp"), os.path.join(work, "train_fsdp_rss.jsonl")
         engine = "vllm" if have_vllm else "hf"
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", os.path.join(ROOT, "train.py"),
+        # (each rank through bench/host_memory.py's wrapper: its peak host RSS at the end of the set-up)
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", os.path.join(HERE, "host_memory.py"),
+               "--as-rank", rss, os.path.join(ROOT, "train.py"),
                "--model", model_dir, "--contexts", contexts, "--out", out, "--fsdp", "--engine", engine,
                "--batch-size", "2", "--group-size", "4", "--mini-batches", "1", "--max-new-tokens", str(2 * new_tokens),
                "--max-steps", "2", "--micro-batch-size", "4", "--save-every", "1", "--kl-coef", "1e-4", "--lr", "1e-5",
@@ -200,9 +224,15 @@ def main():
             poller.join()
         metrics = [json.loads(x) for x in open(os.path.join(out, "metrics.jsonl"))] if proc.returncode == 0 else []
         both_gpus = not cuda or (len(used) >= 2 and min(used[0], used[1]) > 0.5 * max(used[0], used[1]))
+        setup_mb = {r["rank"]: r["setup_mb"] for r in map(json.loads, open(rss))} if os.path.exists(rss) else {}
         return {"ok": proc.returncode == 0 and len(metrics) == 2 and "on 2 process(es) (FSDP)" in proc.stderr
-                and os.path.exists(os.path.join(out, "final", "config.json")) and both_gpus,
-                "engine": engine, "step_s": [m["step_s"] for m in metrics],
+                and os.path.exists(os.path.join(out, "final", "config.json")) and both_gpus
+                and metrics[0]["kl"] == 0.0,  # step 1: the policy has not moved; rank 1's reference came from rank 0
+                "engine": engine, "step_s": [m["step_s"] for m in metrics], "kl_step1": metrics[0]["kl"] if metrics else None,
+                # only rank 0 reads the weights (learner.load_policy): rank 1's set-up peak should be lower by about
+                # twice the float32 model (here a small one: the interpreter and CUDA's own memory weigh more)
+                "setup_peak_host_mb_per_rank": setup_mb,
+                "rank_spread_s": [m.get("rank_spread_s") for m in metrics],
                 "peak_memory_gb_per_rank": metrics[-1]["peak_memory_gb_per_rank"] if metrics else None,
                 "gpu_memory_used_mib": used, "stderr_tail": proc.stderr[-1500:] if proc.returncode else ""}
     step(results, "two_ranks_fsdp", two_ranks_fsdp)

@@ -13,8 +13,9 @@ What each phase holds on one rank (GB = 1e9 bytes):
 - generation: nothing more (vLLM samples in its own share; the trainer's weights are not gathered).
 - update: + the float32 gradient shards (freed after each optimizer step: zero_grad(set_to_none=True)),
   + two decoder layers gathered in bf16 (the one running and the one prefetched), + the root unit gathered
-  in bf16 for the whole update (embeddings and LM head: FSDP2 does not reshard a root it expects back in
-  backward), + the LM head's gradient in bf16 (logprobs: built in the weight's dtype), + activations of one
+  in bf16 for the whole update (the LM head and final norm, and the embedding when tied to the head: FSDP2
+  does not reshard a root it expects back in backward; an untied embedding is a unit of its own, gathered
+  only at the start of a forward and the end of backward, not at the peak), + the LM head's gradient in bf16 (logprobs: built in the weight's dtype), + activations of one
   micro-batch (--micro-batch-size rows, or at most --micro-batch-tokens tokens): with --gradient-checkpointing each layer keeps its bf16 input (hidden size per token) and one
   layer's internals are alive at a time; without it every layer's internals are kept (about 34 x hidden
   bytes per token and layer for a Llama/Qwen layer in bf16, a standard estimate). Either way a prompt runs
@@ -24,6 +25,8 @@ What each phase holds on one rank (GB = 1e9 bytes):
   the replayed layer repeats them for its rows. The LM head adds one chunk of float32 logits
   (--logprob-chunk x vocabulary).
 - weight sync: + one full float32 parameter at a time (sharding.full_weights); the largest is the embedding.
+- with --vllm-sleep-mode (train.py's): vLLM's share is held during generation only; the update has it free,
+  and the push happens into vLLM's woken weights (its KV cache wakes after it).
 What this leaves out: CUDA/NCCL workspace and the allocator's fragmentation (budget a few GB), the
 reference log-prob pass (no gradient: smaller than the update's).
 """
@@ -52,10 +55,11 @@ def parameter_counts(cfg: dict) -> dict:
 
 def plan(cfg: dict, *, ranks: int, device_gb: float, vllm_share: float, prompt: int, response: int,
          micro_batch: int, checkpointing: bool, logprob_chunk: int, micro_batch_tokens: int | None = None,
-         sequences: int = 512) -> dict:
+         sequences: int = 512, vllm_sleep: bool = False) -> dict:
     """GB per rank in each phase (see the module docstring). micro_batch_tokens: the token budget instead of
     micro_batch rows (its worst case: all of it prompt, whose keys and values each layer keeps);
-    sequences: how many a rank samples per step (vLLM's KV cache is shared by them)."""
+    sequences: how many a rank samples per step (vLLM's KV cache is shared by them); vllm_sleep: train.py
+    --vllm-sleep-mode (vLLM holds nothing outside sampling; its weights wake for the push, then its KV cache)."""
     n = parameter_counts(cfg)
     h, layers = cfg["hidden_size"], cfg["num_hidden_layers"]
     master = 4 * n["total"] / ranks
@@ -76,11 +80,13 @@ def plan(cfg: dict, *, ranks: int, device_gb: float, vllm_share: float, prompt: 
     else:
         activations = tokens * 34 * h * layers
     head = logprob_chunk * cfg["vocab_size"] * 4 * 3  # logits, their softmax, its gradient
-    root = 2 * (n["total"] - layers * n["layer"])  # embeddings, final norm, LM head: gathered in bf16
+    untied = not cfg.get("tie_word_embeddings")  # (then the embedding is a unit of its own: sharding.shard_model)
+    root = 2 * (n["total"] - layers * n["layer"] - (n["embedding"] if untied else 0))  # LM head, norm: bf16
     head_grad = 2 * n["embedding"]  # the LM head's gradient, bf16
-    update = resident + grads + gathered_layers + root + head_grad + activations + head
-    sync = resident + 4 * n["embedding"]
     vllm_weights = 2 * n["total"]
+    outside_sampling = resident - vllm if vllm_sleep else resident  # (asleep, vLLM gives its whole share back)
+    update = outside_sampling + grads + gathered_layers + root + head_grad + activations + head
+    sync = (outside_sampling + vllm_weights if vllm_sleep else resident) + 4 * n["embedding"]
     kv_per_token = 2 * layers * cfg["num_key_value_heads"] * (cfg.get("head_dim") or h // cfg["num_attention_heads"]) * 2
     return {"parameters_billion": n["total"] / 1e9,
             "resident": {"master_weights": master / GB, "adam_moments": adam / GB, "reference": reference / GB,
@@ -110,12 +116,14 @@ def main():
                     help="sequences a rank samples per step (default 512: 128 contexts x 16 / 4 ranks)")
     ap.add_argument("--no-checkpointing", action="store_true", help="without --gradient-checkpointing")
     ap.add_argument("--logprob-chunk", type=int, default=256, help="--logprob-chunk (default 256)")
+    ap.add_argument("--vllm-sleep-mode", action="store_true", help="train.py --vllm-sleep-mode")
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
     a = ap.parse_args()
     cfg = json.load(open(a.config)) if a.config else QWEN3_8B
     p = plan(cfg, ranks=a.ranks, device_gb=a.device_gb, vllm_share=a.vllm_share, prompt=a.prompt,
              response=a.response, micro_batch=a.micro_batch_size, checkpointing=not a.no_checkpointing,
-             logprob_chunk=a.logprob_chunk, micro_batch_tokens=a.micro_batch_tokens, sequences=a.sequences)
+             logprob_chunk=a.logprob_chunk, micro_batch_tokens=a.micro_batch_tokens, sequences=a.sequences,
+             vllm_sleep=a.vllm_sleep_mode)
     if a.json:
         print(json.dumps(p, indent=2))
         return

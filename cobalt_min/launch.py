@@ -56,6 +56,8 @@ def start_run(args, settings: tuple):
     check_launch(args, mixed)
     model_path = find_smollm2_gguf() if args.model == "smollm2" else args.model
     use_vllm = engine_kind(args.engine, model_path) == "vllm"  # (checked before anything loads)
+    if args.vllm_sleep_mode and not use_vllm:
+        raise SystemExit("error: --vllm-sleep-mode is vLLM's: it needs --engine vllm (or auto, choosing vLLM)")
     # Under --fsdp, FSDP2's own mixed precision casts the weights; Accelerate's autocast stays off.
     cli.check_tracker(args.log_with)
     accelerator = Accelerator(log_with=None if args.log_with == "none" else args.log_with, project_dir=args.out,

@@ -101,7 +101,7 @@ def make_learner(args, accelerator, model_path: str, use_vllm: bool, tokenizer, 
         engine = VLLMEngine(model_path, thinking=args.thinking, seed=args.seed, dtype=compute_dtype,
                             gpu_memory_utilization=args.vllm_gpu_memory_utilization,
                             max_model_len=args.max_prompt_tokens + args.max_new_tokens,
-                            max_num_seqs=args.vllm_max_num_seqs)
+                            max_num_seqs=args.vllm_max_num_seqs, sleep_mode=args.vllm_sleep_mode)
     else:
         engine = HFEngine(model_path, model=sampler_lm if args.fsdp else accelerator.unwrap_model(wrapped).lm,
                           tokenizer=tokenizer, device=accelerator.device, thinking=args.thinking,
@@ -118,13 +118,19 @@ def policy_sampling(learner: Learner):
     """The engine samples with the current policy's weights: the policy in eval mode, in the update's
     autocast on GPUs. On a CPU the sampler keeps float32 under --mixed-precision bf16: a decode step
     multiplies a few rows by every weight, and there oneDNN's packed float32 kernels (packed_linears) are
-    about twice as fast as its bfloat16 ones, while the update's long matrices run 1.5x faster in bf16."""
+    about twice as fast as its bfloat16 ones, while the update's long matrices run 1.5x faster in bf16.
+    vLLM in sleep mode (--vllm-sleep-mode) wakes up here with the policy's current weights and sleeps after:
+    outside sampling it holds no GPU memory (every rank takes part: the weights are gathered from the shards)."""
     lm = learner.accelerator.unwrap_model(learner.policy).lm
+    if getattr(learner.engine, "asleep", False):
+        learner.engine.wake_up(full_weights(lm))
     lm.eval()
     cpu = learner.accelerator.device.type == "cpu"
     with learner.accelerator.autocast() if not cpu else contextlib.nullcontext():
         yield
     lm.train()
+    if getattr(learner.engine, "sleep_mode", False):
+        learner.engine.sleep()
 
 
 def sample_from_policy(learner: Learner, prompts: list, **sampling) -> list:
@@ -143,8 +149,9 @@ def seeds_of_share(call_seed: int, n_global: int, n: int, rank: int, world: int)
 def sync_sampler(learner: Learner) -> None:
     """The engine samples from its own copy of the weights (vLLM; the transformers engine under --fsdp):
     push the updated policy to it, one parameter at a time (every rank takes part: under FSDP each
-    parameter is gathered from the shards)."""
-    learner.engine.load_weights(full_weights(learner.accelerator.unwrap_model(learner.policy).lm))
+    parameter is gathered from the shards). A sleeping vLLM gets them when it wakes up (policy_sampling)."""
+    if not getattr(learner.engine, "asleep", False):
+        learner.engine.load_weights(full_weights(learner.accelerator.unwrap_model(learner.policy).lm))
 
 
 # ----------------------------------------------------------------------------- forward, backward, step

@@ -10,7 +10,8 @@ FSDP2 (torch.distributed.fsdp.fully_shard) is applied here, by train.py itself, 
 FSDP config: accelerate turns FSDP on only for GPU-like devices, and train.py's sharded path must run
 the same way on CPU ranks (gloo, in the tests) as on GPUs (NCCL). Each decoder layer is one unit:
 its weights are gathered just before its forward (and again in backward) and freed after, so a rank
-holds its 1/world share of every weight, gradient and optimizer state plus one layer in full.
+holds its 1/world share of every weight, gradient and optimizer state plus one layer in full (and the
+root unit: the LM head, shard_model says why).
 """
 
 import itertools
@@ -22,13 +23,22 @@ from torch.distributed.tensor import DTensor
 
 
 def shard_model(model: torch.nn.Module, mesh, compute_dtype: torch.dtype | None = None) -> torch.nn.Module:
-    """Shard a LogprobModel in place with FSDP2 over `mesh`: each decoder layer of model.lm is one unit,
-    the rest (embeddings, final norm, LM head) the root unit. compute_dtype (e.g. bfloat16): weights are
-    cast to it for forward and backward while the sharded master weights and the optimizer state keep
-    their own dtype; gradients are reduced in float32. Returns the model (now FSDP-managed)."""
+    """Shard a LogprobModel in place with FSDP2 over `mesh`: each decoder layer of model.lm is one unit; so
+    is the input embedding unless the LM head shares its weight (then gathered for the lookup at the start
+    of a forward and again for its gradient at the end of backward, instead of through the whole step:
+    vocabulary x hidden, 1.2 GB in bf16 for Qwen3-8B); the rest (final norm, LM head, a tied embedding) is
+    the root unit. The LM head stays in the root: the chunked head (logprobs._ChunkedTokenLogprob) reads its
+    weight outside the head's own forward, and that weight is needed from the end of the forward through
+    the start of backward, where memory peaks, in any case.
+    compute_dtype (e.g. bfloat16): weights are cast to it for forward and backward while the sharded master
+    weights and the optimizer state keep their own dtype; gradients are reduced in float32. Returns the
+    model (now FSDP-managed)."""
     policy = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32 if compute_dtype else None)
     for layer in model.lm.get_decoder().layers:
         fully_shard(layer, mesh=mesh, mp_policy=policy)
+    embedding, head = model.lm.get_input_embeddings(), model.lm.get_output_embeddings()
+    if head is None or embedding.weight is not head.weight:
+        fully_shard(embedding, mesh=mesh, mp_policy=policy)
     fully_shard(model, mesh=mesh, mp_policy=policy)
     return model
 

@@ -26,13 +26,16 @@ class VLLMEngine:
     Memory: max_model_len (prompt budget + new tokens; train.py passes --max-prompt-tokens +
     --max-new-tokens) bounds what vLLM reserves per sequence (left unset, it would size for the model's
     whole context: 40,960 tokens for Qwen3-8B), max_num_batched_tokens the tokens one forward runs and
-    max_num_seqs (default vLLM's) the sequences in flight.
+    max_num_seqs (default vLLM's) the sequences in flight. sleep_mode (train.py --vllm-sleep-mode; CUDA
+    only): between samplings the engine gives its weights and KV cache back to the trainer (sleep level 2,
+    both discarded) and wake_up brings them back with the weights to sample from (learner.policy_sampling).
     On GPUs the engine takes gpu_memory_utilization of the device; on vLLM's CPU build, whose share
     would be of the machine's RAM, the KV cache gets kv_cache_gb GiB instead (VLLM_CPU_KVCACHE_SPACE)."""
 
     def __init__(self, model_path: str, *, thinking: bool | None = None, tensor_parallel_size: int = 1,
                  gpu_memory_utilization: float = 0.3, dtype="auto", seed: int = 0, max_model_len: int | None = None,
-                 max_num_batched_tokens: int = 8192, kv_cache_gb: float | None = None, max_num_seqs: int | None = None):
+                 max_num_batched_tokens: int = 8192, kv_cache_gb: float | None = None, max_num_seqs: int | None = None,
+                 sleep_mode: bool = False):
         check_vllm_api()
         from vllm import LLM
         kw = vllm_launch_kwargs(tensor_parallel_size, seed)
@@ -40,6 +43,10 @@ class VLLMEngine:
             kw.update(max_model_len=max_model_len, max_num_batched_tokens=max_num_batched_tokens)
         if max_num_seqs:  # sequences in flight at most: fewer than the KV cache holds means no preemption
             kw["max_num_seqs"] = max_num_seqs
+        if sleep_mode:
+            if vllm_build() == "cpu":
+                raise SystemExit("error: --vllm-sleep-mode needs vLLM on CUDA GPUs: vLLM's CPU build has no sleep mode")
+            kw["enable_sleep_mode"] = True
         if vllm_build() == "cpu":
             kv_cache_gb = kv_cache_gb or float(os.environ.get("VLLM_CPU_KVCACHE_SPACE") or 1)
             kw["kv_cache_memory_bytes"] = int(kv_cache_gb * (1 << 30))
@@ -49,6 +56,7 @@ class VLLMEngine:
                        gpu_memory_utilization=gpu_memory_utilization, **kw)
         self.tokenizer = self.llm.get_tokenizer()
         self.thinking = thinking
+        self.sleep_mode, self.asleep = sleep_mode, False
 
     def prompt_ids(self, conversation: list[dict]) -> list[int]:
         return chat_prompt_ids(self.tokenizer, conversation, self.thinking)
@@ -83,6 +91,21 @@ class VLLMEngine:
                                                           "is_checkpoint_format": True})
         if not self.llm.reset_prefix_cache():
             raise RuntimeError("vLLM did not reset its prefix cache after the weight update")
+
+    def sleep(self) -> None:
+        """(sleep_mode) Give the GPU memory of the weights and the KV cache back: level 2 discards both (the
+        next wake_up pushes the weights anyway; level 1 would keep a copy in host memory)."""
+        self.llm.sleep(level=2)
+        self.asleep = True
+
+    @torch.no_grad()
+    def wake_up(self, weights) -> None:
+        """(sleep_mode) Memory for the weights, the given weights pushed into it, then the KV cache: the
+        order vLLM asks for after a level-2 sleep (never a reload from disk after a push)."""
+        self.llm.wake_up(tags=["weights"])
+        self.load_weights(weights)
+        self.llm.wake_up(tags=["kv_cache"])
+        self.asleep = False
 
 
 def check_vllm_api() -> None:

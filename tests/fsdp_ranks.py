@@ -97,5 +97,28 @@ for model in (filled.lm, full_copy):
         assert b.dtype == c.dtype == torch.float32 and torch.equal(b, c), name
 for (name, p), q in zip(full_copy.named_parameters(), plain.parameters()):
     assert torch.equal(p, q), name
+
+# 6. An untied model: its input embedding is a unit of its own, sharded again while the decoder layers run
+#    (in the root unit it stayed gathered from the first forward to the end of backward), with log-probs and
+#    gradients unchanged; a tied one stays in the root (sections 1-2: its embedding is the LM head).
+from transformers import AutoConfig, AutoModelForCausalLM  # noqa: E402
+config = AutoConfig.from_pretrained(sys.argv[1])
+config.tie_word_embeddings = False
+torch.manual_seed(0)
+untied = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+untied_plain = copy.deepcopy(untied)
+sharded = shard_model(LogprobModel(untied, chunk_tokens=5), mesh)
+embedding = sharded.lm.get_input_embeddings()
+seen = []  # per decoder-layer forward: whether the embedding's weight is its shard (a DTensor) or gathered
+for layer in sharded.lm.get_decoder().layers:
+    layer.register_forward_pre_hook(lambda *_: seen.append(isinstance(embedding.weight, DTensor)))
+logp = sharded(*mine.fields(), 0.7)
+assert seen and all(seen), seen
+assert not isinstance(sharded.lm.get_output_embeddings().weight, DTensor)  # the root (LM head) is gathered
+assert torch.allclose(logp, LogprobModel(untied_plain, chunk_tokens=5)(*mine.fields(), 0.7), atol=1e-5)
+logp.sum().backward()
+(LogprobModel(untied_plain, chunk_tokens=5)(*batch.fields(), 0.7).sum() / 2).backward()
+for (name, p), q in zip(sharded.lm.named_parameters(), untied_plain.parameters()):
+    assert isinstance(p, DTensor) and torch.allclose(p.grad.full_tensor(), q.grad, atol=1e-5), name
 print("fsdp pieces ok", flush=True)
 dist.destroy_process_group()

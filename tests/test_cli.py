@@ -179,6 +179,13 @@ def test_a_tracker_that_is_not_installed_is_refused_before_training(capsys, tmp_
     assert train.parse_args(TRAIN + ["--log-with", "none"]).log_with == "none"  # as --help shows it
 
 
+def test_vllm_sleep_mode_without_vllm_is_refused_before_training(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "c.jsonl").write_text("")
+    code, _ = run_main("train", TRAIN + ["--engine", "hf", "--vllm-sleep-mode", "--sanity-reward-tokens", "1"], capsys)
+    assert "--vllm-sleep-mode is vLLM's: it needs --engine vllm" in str(code)
+
+
 def test_augmenting_trajectories_of_other_problems_is_refused(capsys, tmp_path, monkeypatch):
     # Trajectories whose problems are not in --problems (another file, another spelling of an id) would perturb
     # nothing: an error naming the first id, not an empty output and exit 0.

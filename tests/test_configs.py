@@ -47,6 +47,9 @@ def test_gpu_check_dry_run_on_cpu(tmp_path):
     assert result["bench"]["generation"] and result["bench"]["updates"]
     assert result["kl_zero_bf16"]["kl"] == 0.0 and result["logprobs_left_padding"]["finite"]
     assert result["update_memory_vs_plan"]["planned_update_gb"] > 0
+    fsdp = result["two_ranks_fsdp"]  # (2 CPU ranks here)
+    assert fsdp["kl_step1"] == 0.0 and set(fsdp["setup_peak_host_mb_per_rank"]) == {"0", "1"}
+    assert len(fsdp["rank_spread_s"]) == 2 and all(x >= 0 for x in fsdp["rank_spread_s"])
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen3"])
