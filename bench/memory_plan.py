@@ -15,9 +15,10 @@ What each phase holds on one rank (GB = 1e9 bytes):
   + two decoder layers gathered in bf16 (the one running and the one prefetched), + the root unit gathered
   in bf16 for the whole update (the LM head and final norm, and the embedding when tied to the head: FSDP2
   does not reshard a root it expects back in backward; an untied embedding is a unit of its own, gathered
-  only at the start of a forward and the end of backward, not at the peak), + the LM head's gradient in bf16 (logprobs: built in the weight's dtype), + activations of one
-  micro-batch (--micro-batch-size rows, or at most --micro-batch-tokens tokens): with --gradient-checkpointing each layer keeps its bf16 input (hidden size per token) and one
-  layer's internals are alive at a time; without it every layer's internals are kept (about 34 x hidden
+  only at the start of a forward and the end of backward, not at the peak), + the LM head's gradient in
+  bf16 (logprobs: built in the weight's dtype), + activations of one micro-batch (--micro-batch-size rows,
+  or at most --micro-batch-tokens tokens): with --gradient-checkpointing each layer keeps its bf16 input
+  (hidden size per token) and one layer's internals are alive at a time; without it every layer's internals are kept (about 34 x hidden
   bytes per token and layer for a Llama/Qwen layer in bf16, a standard estimate). Either way a prompt runs
   once for the rows that continue it (logprobs.completion_logprobs): a micro-batch of at most G rows holds
   one prompt + micro-batch x response tokens, and under checkpointing each layer also keeps the prompt's
