@@ -195,3 +195,4 @@ def collect(args):
 
 if __name__ == "__main__":
     main()
+    cli.end_rank()  # a rank of a distributed launch: leave the process group, exit (cli.py says why)

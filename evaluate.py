@@ -203,3 +203,4 @@ def evaluate(args):
 
 if __name__ == "__main__":
     main()
+    cli.end_rank()  # a rank of a distributed launch: leave the process group, exit (cli.py says why)

@@ -398,3 +398,4 @@ def main(argv=None):
 
 if __name__ == "__main__":
     main()
+    cli.end_rank()  # a rank of a distributed launch: leave the process group, exit (cli.py says why)

@@ -15,6 +15,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from accelerate import Accelerator  # noqa: E402
 
 from cobalt_min.checkpoint import save_final_policy  # noqa: E402
+from cobalt_min.cli import end_rank  # noqa: E402
 from cobalt_min.generation import load_model  # noqa: E402
 from cobalt_min.logprobs import LogprobModel, pack_groups  # noqa: E402
 from cobalt_min.sharding import (broadcast_from_rank0, fill_from_rank0, full_norm, full_weights,  # noqa: E402
@@ -121,4 +122,4 @@ logp.sum().backward()
 for (name, p), q in zip(sharded.lm.named_parameters(), untied_plain.parameters()):
     assert isinstance(p, DTensor) and torch.allclose(p.grad.full_tensor(), q.grad, atol=1e-5), name
 print("fsdp pieces ok", flush=True)
-dist.destroy_process_group()
+end_rank()  # as train.py ends (a rank leaving through the interpreter's shutdown may abort: cli.py says why)

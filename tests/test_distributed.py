@@ -149,6 +149,39 @@ def test_fsdp_pieces_on_two_ranks(tiny_model_dir):
     assert proc.stdout.count("fsdp pieces ok") == 2, proc.stdout
 
 
+RANK_THAT_ENDS = """
+import atexit, sys
+import torch, torch.distributed as dist
+sys.path.insert(0, sys.argv[1])
+from cobalt_min.cli import end_rank
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+atexit.register(lambda: print(f"exit handler of rank {rank}", flush=True))
+total = torch.ones(1)
+dist.all_reduce(total)
+print(f"rank {rank} done, total {int(total)}")  # not flushed: stdout is a pipe
+end_rank()
+print("after end_rank", flush=True)
+"""
+
+
+def test_a_rank_ends_through_end_rank_after_leaving_the_process_group(tmp_path, monkeypatch):
+    # What train.py, collect.py and evaluate.py call last: in a launch each rank leaves the process group,
+    # runs its exit handlers, flushes its output and exits 0 there (cli.end_rank says why); in one
+    # process it does nothing.
+    script = tmp_path / "rank.py"
+    script.write_text(RANK_THAT_ENDS)
+    proc = subprocess.run([*TORCHRUN, "29628", str(script), ROOT], cwd=ROOT, env=cpu_env(), capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for rank in (0, 1):
+        assert f"rank {rank} done, total 2" in proc.stdout and f"exit handler of rank {rank}" in proc.stdout
+    assert "after end_rank" not in proc.stdout
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    from cobalt_min.cli import end_rank
+    assert end_rank() is None  # one process: returns
+
+
 def test_kl_to_the_reference_is_exactly_zero_before_the_first_update_on_two_fsdp_ranks(tiny_model_dir, tmp_path):
     # As tests/test_train.py's one-process check: FSDP2 runs the policy in bf16, the reference is stored in
     # bf16 with its buffers (the rotary inv_freq) left in float32, as the policy's are.
