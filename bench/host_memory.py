@@ -10,6 +10,7 @@ the interpreter's own ~0.5 GB. One step, batch 2 x 2, 4 new tokens, a KL term (s
 """
 
 import argparse
+import atexit
 import json
 import os
 import runpy
@@ -38,12 +39,13 @@ def as_rank(out_file, script, argv):
         at_setup.append(peak_rss_mb())
         return learner
     cobalt_min.learner.make_learner = measured  # (before train.py imports it)
-    try:
-        runpy.run_path(script, run_name="__main__")
-    finally:
+
+    def record():  # an exit handler: a rank ends in os._exit (cli.end_rank), which runs these first
         with open(out_file, "a") as f:
             f.write(json.dumps({"rank": int(os.environ.get("RANK", 0)), "setup_mb": at_setup[0],
                                 "peak_mb": peak_rss_mb()}) + "\n")
+    atexit.register(record)
+    runpy.run_path(script, run_name="__main__")
 
 
 def main():
