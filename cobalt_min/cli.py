@@ -126,9 +126,8 @@ def end_rank() -> None:
     the rank that waited for it has moved on (a barrier frees the collectives before it with it). When the
     collective's tensors are Python objects, that thread needs the GIL; if the interpreter is shutting down
     by then, the thread is stopped inside a C++ destructor and the rank aborts ("terminate called without
-    an active exception", exit status -6) after a run that finished. Measured: 2 of 23 two-rank train.py
-    --fsdp runs, 3 of 50 runs of tests/fsdp_ranks.py, on a 2-core machine kept busy by two other processes.
-    The process group's threads outlive destroy_process_group once FSDP2 has used it (a reference is kept
+    an active exception", exit status -6) after a run that finished (how often: bench/RESULTS.md). The
+    process group's threads outlive destroy_process_group once FSDP2 has used it (a reference is kept
     outside Python), so nothing short of skipping the shutdown waits for them."""
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return
