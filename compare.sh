@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The paper's comparison on a laptop CPU: the base model, COBALT and the online multi-turn baselines GRPO-MT and
-# VeRPO-MT, the three trained from the same model with the same number of programs sampled online, evaluated on the
-# same held-out problems with the same seeds. SmolLM2-135M-Instruct on the demo's "very easy function"
+# The paper's comparison on a laptop CPU: the base model, COBALT, single-turn GRPO (the paper's FT stage: the
+# control that sees no feedback in training) and the online multi-turn baselines GRPO-MT and VeRPO-MT, the four
+# trained from the same model with the same number of programs sampled online, evaluated on the same held-out
+# problems with the same seeds. SmolLM2-135M-Instruct on the demo's "very easy function"
 # problems (the demo's split). Run it with `make compare` (which creates .venv first). Sizes can be
 # overridden like the demo's, e.g.
 #   COMPARE_OUT=/tmp/c HELDOUT=2 TRAIN_PROBLEMS=4 SAMPLES=2 STEPS=2 GROUP=4 BATCH=2 bash compare.sh
@@ -11,13 +12,13 @@ PY=${PY:-.venv/bin/python}
 OUT=${COMPARE_OUT:-compare_out}
 DIFFICULTY=${DIFFICULTY:-very easy function}
 HELDOUT=${HELDOUT:-16}           # held-out problems (evaluation)
-TRAIN_PROBLEMS=${TRAIN_PROBLEMS:-30}  # training problems (COBALT's collection; GRPO-MT's and VeRPO-MT's rollouts)
+TRAIN_PROBLEMS=${TRAIN_PROBLEMS:-30}  # training problems (COBALT's collection; FT's, GRPO-MT's and VeRPO-MT's rollouts)
 TURNS=${TURNS:-2}                # programs per conversation: collection, GRPO-MT rollouts, evaluation
 TRAJECTORIES=${TRAJECTORIES:-2}  # COBALT: trajectories per training problem (offline collection)
 SAMPLES=${SAMPLES:-4}            # samples per held-out problem (evaluation)
-STEPS=${STEPS:-8}                # COBALT's GRPO steps; GRPO-MT and VeRPO-MT get STEPS / TURNS (the same programs sampled)
-GROUP=${GROUP:-8}                # programs per context (COBALT), conversations per problem (GRPO-MT, VeRPO-MT)
-BATCH=${BATCH:-4}                # contexts (COBALT) or problems (GRPO-MT, VeRPO-MT) per step
+STEPS=${STEPS:-8}                # COBALT's and FT's GRPO steps; GRPO-MT and VeRPO-MT get STEPS / TURNS (the same programs sampled)
+GROUP=${GROUP:-8}                # programs per context (COBALT) or first turn (FT), conversations per problem (GRPO-MT, VeRPO-MT)
+BATCH=${BATCH:-4}                # contexts (COBALT) or problems (FT, GRPO-MT, VeRPO-MT) per step
 LR=${LR:-2e-5}
 TOKENS=${MAX_NEW_TOKENS:-128}
 MAX_PROMPT=${MAX_PROMPT:-600}    # COBALT: longer contexts are dropped
@@ -57,21 +58,27 @@ echo "== 2. COBALT: offline trajectories of the base model, then $STEPS steps of
         --max-prompt-tokens "$MAX_PROMPT" --save-every "$STEPS" "${TRAIN[@]}" --out "$OUT/cobalt"
 "$PY" evaluate.py --model "$OUT/cobalt/final" "${EVAL[@]}" --out "$OUT/eval_cobalt"
 
-echo "== 3. GRPO-MT: $MT_STEPS steps of $GROUP whole $TURNS-program conversations per problem (the same programs sampled)"
+echo "== 3. FT (single-turn GRPO): $STEPS steps of $GROUP first-turn programs per problem (no feedback in training)"
+[ -f "$OUT/ft/final/config.json" ] || \
+    "$PY" train.py --method single-turn --model "$MODEL" --problems "$OUT/train_subset.jsonl" --max-steps "$STEPS" \
+        --save-every "$STEPS" "${TRAIN[@]}" --out "$OUT/ft"
+"$PY" evaluate.py --model "$OUT/ft/final" "${EVAL[@]}" --out "$OUT/eval_ft"
+
+echo "== 4. GRPO-MT: $MT_STEPS steps of $GROUP whole $TURNS-program conversations per problem (the same programs sampled)"
 [ -f "$OUT/grpo_mt/final/config.json" ] || \
     "$PY" train.py --method grpo-mt --model "$MODEL" --problems "$OUT/train_subset.jsonl" --turns "$TURNS" \
         --max-steps "$MT_STEPS" --save-every "$MT_STEPS" "${TRAIN[@]}" --out "$OUT/grpo_mt"
 "$PY" evaluate.py --model "$OUT/grpo_mt/final" "${EVAL[@]}" --out "$OUT/eval_grpo_mt"
 
-echo "== 4. VeRPO-MT: GRPO-MT's rollouts, per-test weighted turn rewards and the outcome advantage"
+echo "== 5. VeRPO-MT: GRPO-MT's rollouts, per-test weighted turn rewards and the outcome advantage"
 [ -f "$OUT/verpo_mt/final/config.json" ] || \
     "$PY" train.py --method verpo-mt --model "$MODEL" --problems "$OUT/train_subset.jsonl" --turns "$TURNS" \
         --max-steps "$MT_STEPS" --save-every "$MT_STEPS" "${TRAIN[@]}" --out "$OUT/verpo_mt"
 "$PY" evaluate.py --model "$OUT/verpo_mt/final" "${EVAL[@]}" --out "$OUT/eval_verpo_mt"
 
-echo "== 5. the comparison"
+echo "== 6. the comparison"
 "$PY" -m cobalt_min.compare "$OUT"
-"$PY" -m cobalt_min.report "$OUT/eval_base" "$OUT/eval_cobalt" "$OUT/eval_grpo_mt" "$OUT/eval_verpo_mt" "$OUT/cobalt" \
-    "$OUT/grpo_mt" "$OUT/verpo_mt" --out "$OUT/report.html" \
-    --title "COBALT vs GRPO-MT and VeRPO-MT: SmolLM2-135M-Instruct on held-out problems"
+"$PY" -m cobalt_min.report "$OUT/eval_base" "$OUT/eval_cobalt" "$OUT/eval_ft" "$OUT/eval_grpo_mt" "$OUT/eval_verpo_mt" \
+    "$OUT/cobalt" "$OUT/ft" "$OUT/grpo_mt" "$OUT/verpo_mt" --out "$OUT/report.html" \
+    --title "COBALT vs FT (single-turn GRPO), GRPO-MT and VeRPO-MT: SmolLM2-135M-Instruct on held-out problems"
 echo "compare run time: $(( ($(date +%s) - start) / 60 )) min $(( ($(date +%s) - start) % 60 )) s"

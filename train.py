@@ -3,13 +3,17 @@ r"""Online contextual bandit learning (COBALT stage 2, paper §3, §5): GRPO on 
 Each step takes a batch of contexts (partial trajectories from collect.py), samples G next programs
 for each with the current policy, runs them on ALL tests of their problem, scores them with the
 staged reward (correctness + improvement over the context's best program + format), and updates the
-policy with the clipped GRPO loss under a KL penalty to the frozen initial policy. `--method grpo-mt`
-and `--method verpo-mt` are the paper's online multi-turn baselines: the same loop, with whole
-conversations rolled out by the policy instead of offline contexts (steps 1-4 differ, nothing else).
+policy with the clipped GRPO loss under a KL penalty to the frozen initial policy. Three more methods
+of the same loop (steps 1-4 differ, nothing else): `--method single-turn` is the paper's first stage
+("FT", single-step fine-tuning): the same steps on every problem's first turn only, no offline data;
+`--method grpo-mt` and `--method verpo-mt` are the paper's online multi-turn baselines: whole
+conversations rolled out by the policy instead of offline contexts.
 
     # CPU, small settings (a few minutes; demo.sh holds the demo's own):
     python train.py --model smollm2 --contexts runs/collect/contexts.jsonl --out runs/train \
         --batch-size 2 --group-size 4 --max-new-tokens 128 --max-steps 4 --lr 1e-5
+    # the paper's pipeline: base -> FT (single-turn GRPO) -> collect with FT -> COBALT on base or FT
+    python train.py --method single-turn --model BASE --problems data/taco_train.jsonl --out runs/ft
     # one GPU:
     python train.py --model path/to/sft-model --contexts runs/collect/contexts.jsonl \
         --val-contexts runs/collect_val/contexts.jsonl --out runs/train --thinking --gradient-checkpointing
@@ -77,10 +81,11 @@ g.add_argument("--vllm-max-num-seqs", type=cli.count, default=None, help="vLLM: 
 g.add_argument("--vllm-sleep-mode", action="store_true", help="vLLM (CUDA): no memory held outside sampling")
 g.add_argument("--gen-batch-size", type=cli.count, default=64, help="transformers engine: sequences per generate")
 g = ap.add_argument_group("method and data")
-g.add_argument("--method", default="cobalt", choices=["cobalt", "grpo-mt", "verpo-mt"],
-               help="cobalt: one program per offline context (the paper); grpo-mt, verpo-mt: the online baselines")
+g.add_argument("--method", default="cobalt", choices=["cobalt", "single-turn", "grpo-mt", "verpo-mt"],
+               help="cobalt: one program per offline context (the paper); single-turn: GRPO on first turns (the "
+                    "paper's FT stage); grpo-mt, verpo-mt: the online multi-turn baselines")
 g.add_argument("--contexts", type=cli.source, default=None, help="cobalt: contexts.jsonl from collect.py")
-cli.problem_flags(g, required=False, what="grpo-mt, verpo-mt: the problems to roll out on")
+cli.problem_flags(g, required=False, what="single-turn, grpo-mt, verpo-mt: the problems to train on")
 g.add_argument("--turns", type=cli.count, default=3, help="grpo-mt, verpo-mt: programs per conversation (VeRPO's: 4)")
 g.add_argument("--credit", default="outcome", choices=["outcome", "reward-to-go"],
                help="grpo-mt: a turn's return: the last program's reward, or the sum from that turn on")
@@ -96,7 +101,8 @@ g.add_argument("--perturbed-fraction", type=cli.number(0, 1, low_open=True, high
                help="their share of the training set, in (0, 1) (default: add them all, as the paper)")
 g.add_argument("--val-contexts", type=cli.source, default=None,
                help="validation contexts (collect.py --split validation)")
-g.add_argument("--max-prompt-tokens", type=cli.count, default=10240, help="longer contexts are skipped")
+g.add_argument("--max-prompt-tokens", type=cli.count, default=None,
+               help="longer contexts are skipped (default: 10240; single-turn: 2048, the authors')")
 g = ap.add_argument_group("sampling")
 g.add_argument("--batch-size", type=cli.count, default=128, help="contexts (problems) per step")
 g.add_argument("--group-size", type=cli.integer(2), default=16,
@@ -129,7 +135,8 @@ g.add_argument("--mini-batches", type=cli.count, default=2, help="optimizer step
 g.add_argument("--micro-batch-size", type=cli.count, default=4, help="sequences per forward/backward")
 g.add_argument("--micro-batch-tokens", type=cli.count, default=None,
                help="instead: micro-batches of whole contexts up to this many tokens (a prompt counted once)")
-g.add_argument("--epochs", type=cli.count, default=2, help="passes over the contexts")
+g.add_argument("--epochs", type=cli.count, default=None,
+               help="passes over the contexts or problems (default: 2; single-turn: 4, the authors')")
 g.add_argument("--max-steps", type=cli.count, default=None, help="stop after this many steps")
 g.add_argument("--max-nonfinite-steps", type=cli.count, default=5,
                help="stop after this many optimizer steps in a row skipped for a NaN/inf gradient norm")
@@ -152,7 +159,19 @@ SETTINGS = cli.settings_of(ap, besides={
     "micro_batch_size", "micro_batch_tokens", "max_steps", "max_nonfinite_steps", "val_contexts", "val_every",
     "val_limit", "val_temperature", "save_every", "keep_checkpoints", "log_with", "dist_timeout_minutes", "out",
     "save_dtype", "resume", "vllm_max_num_seqs", "vllm_sleep_mode"})  # (what does not decide the run: settings.json)
-parse_args = ap.parse_args
+# The authors' single-turn run (scripts/train_grpo_single_turn.sh) differs from their COBALT run in these two
+# numbers only: prompts are first turns (max 2,048 tokens), and it makes 4 passes over the problems.
+DEFAULTS = {"cobalt": {"epochs": 2, "max_prompt_tokens": 10240}, "single-turn": {"epochs": 4, "max_prompt_tokens": 2048},
+            "grpo-mt": {"epochs": 2, "max_prompt_tokens": 10240}, "verpo-mt": {"epochs": 2, "max_prompt_tokens": 10240}}
+
+
+def parse_args(argv=None):
+    """The flags, with each method's defaults where the flag was not given (DEFAULTS)."""
+    args = ap.parse_args(argv)
+    for name, value in DEFAULTS[args.method].items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    return args
 
 
 @dataclasses.dataclass
@@ -343,10 +362,11 @@ def train(args):
     while step < total_steps:
         timings, start = {}, time.perf_counter()
         with timed(timings, "batch_s"):
-            # 1. this rank's share of the step's batch: contexts s_t (COBALT) or problems (GRPO-MT, VeRPO-MT)
+            # 1. this rank's share of the step's batch: contexts s_t (COBALT; single-turn: first turns s_0 of
+            #    the problems, trajectories.first_turn_contexts) or problems (GRPO-MT, VeRPO-MT)
             epoch, share = batch_for_step(data, step, steps_per_epoch, args, accelerator.process_index, world)
             # 2-4. programs sampled by the current policy, run, rewarded; their advantages
-            if args.method == "cobalt":
+            if args.method in ("cobalt", "single-turn"):
                 batch = cobalt_batch(learner, share, step, args, timings, workers)
             else:
                 batch = multi_turn_batch(learner, share, step, args, timings, workers)

@@ -1,14 +1,17 @@
-"""The comparison run's summary (compare.sh): the base model, COBALT and the online multi-turn baselines
-GRPO-MT and VeRPO-MT on the same held-out problems, and what each training run cost per example.
+"""The comparison run's summary (compare.sh): the base model, COBALT, single-turn GRPO (the paper's FT
+stage: the control that sees no feedback in training) and the online multi-turn baselines GRPO-MT and
+VeRPO-MT on the same held-out problems, and what each training run cost per example.
 
     python -m cobalt_min.compare compare_out      # writes compare_out/comparison.json and comparison.png
 
 Per method: held-out Pass@1 per turn with its standard error over problems, its gain over turn 0 and the
-programs repaired and broken at each turn (what feedback did), the paired change against
-the base model (Pass@1 averaged over turns, per problem), and from train.py's metrics.jsonl the cost of
-training: programs sampled online, wall seconds, generated tokens and sandbox seconds per program trained
-on and per problem. COBALT's offline collection (collect.py, by the base model) is reported apart: it is
-paid once, before training, and the paper counts training cost per example.
+programs repaired and broken at each turn (what feedback did), the paired change against the base model
+(Pass@1 averaged over turns, per problem), and from train.py's metrics.jsonl the cost of training:
+programs sampled online, wall seconds, generated tokens and sandbox seconds per program trained on and per
+problem. COBALT minus each other method, averaged over turns and per turn, paired over problems (minus FT:
+what COBALT's feedback contexts add to training on first turns alone). COBALT's offline collection
+(collect.py, by the base model) is reported apart: it is paid once, before training, and the paper counts
+training cost per example.
 """
 
 import json
@@ -16,13 +19,16 @@ import sys
 from pathlib import Path
 
 from cobalt_min.jsonl import read_jsonl
-from cobalt_min.metrics import feedback_lines, gain_over_turn0, paired_change, pass1_se_per_turn, turn_changes
+from cobalt_min.metrics import (feedback_lines, gain_over_turn0, paired_change, paired_change_per_turn,
+                                pass1_se_per_turn, turn_changes)
 
-METHODS = {"base": "eval_base", "COBALT": "eval_cobalt", "GRPO-MT": "eval_grpo_mt", "VeRPO-MT": "eval_verpo_mt"}
-TRAIN_RUNS = {"COBALT": "cobalt", "GRPO-MT": "grpo_mt", "VeRPO-MT": "verpo_mt"}
-BASELINES = ("GRPO-MT", "VeRPO-MT")
+METHODS = {"base": "eval_base", "COBALT": "eval_cobalt", "FT": "eval_ft", "GRPO-MT": "eval_grpo_mt",
+           "VeRPO-MT": "eval_verpo_mt"}
+TRAIN_RUNS = {"COBALT": "cobalt", "FT": "ft", "GRPO-MT": "grpo_mt", "VeRPO-MT": "verpo_mt"}
+BASELINES = ("FT", "GRPO-MT", "VeRPO-MT")
 # What metrics.jsonl's reward_mean averages for each method: not the same quantity, so not comparable across methods.
 REWARD_IS = {"COBALT": "the immediate reward of each program sampled for a context (rewards.training_reward)",
+             "FT": "the reward of each first-turn program (rewards.training_reward at prev_best 0)",
              "GRPO-MT": "each conversation's return (grpo_mt.returns, --credit; outcome: its last program's reward)",
              "VeRPO-MT": "the staged reward of each conversation's last program (its advantages are VeRPO's)"}
 
@@ -65,12 +71,13 @@ def compare(out) -> dict:
         other = result["methods"][name]["training"]["s_per_program"]
         result[f"cost_ratio_cobalt_over_{key}_per_program"] = cobalt / other if other else None
         change = paired_change(records[name], records["COBALT"], n_turns)
-        result[f"cobalt_minus_{key}"] = {"change": change["change"], "se": change["se"]}
+        result[f"cobalt_minus_{key}"] = {"change": change["change"], "se": change["se"],
+                                         "per_turn": paired_change_per_turn(records[name], records["COBALT"], n_turns)}
     return result
 
 
 def plot(result: dict, path) -> bool:
-    """Pass@1 per turn of the four models with standard-error bars; seconds per program trained on."""
+    """Pass@1 per turn of the five models with standard-error bars; seconds per program trained on."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -88,7 +95,8 @@ def plot(result: dict, path) -> bool:
     ax.legend()
     ax.set_title(f"{result['held_out_problems']} held-out problems (error bars: 1 s.e.)")
     names = [n for n in result["methods"] if "training" in result["methods"][n]]
-    bx.bar(names, [result["methods"][n]["training"]["s_per_program"] for n in names], color=["C1", "C2", "C3"][:len(names)])
+    bx.bar(names, [result["methods"][n]["training"]["s_per_program"] for n in names],
+           color=[f"C{k + 1}" for k in range(len(names))])
     bx.set_ylabel("seconds per program trained on")
     bx.set_title("training cost")
     fig.tight_layout()
@@ -99,7 +107,8 @@ def plot(result: dict, path) -> bool:
 
 def report(result: dict) -> str:
     """The comparison as a few lines of text."""
-    lines = ["", "=" * 72, "COBALT vs GRPO-MT and VeRPO-MT: held-out Pass@1 (%) per turn (standard error)", "=" * 72]
+    lines = ["", "=" * 72, "COBALT vs FT (single-turn GRPO), GRPO-MT and VeRPO-MT: held-out Pass@1 (%) per turn (s.e.)",
+             "=" * 72]
     for name, entry in result["methods"].items():
         cells = "  ".join(f"{p:5.1f} ({s:.1f})" for p, s in zip(entry["pass1_per_turn"], entry["pass1_se_per_turn"]))
         lines.append(f"{name:8s} {cells}")
@@ -118,8 +127,9 @@ def report(result: dict) -> str:
     for name in BASELINES:
         key = name.lower().replace("-", "_")
         d = result[f"cobalt_minus_{key}"]
-        lines.append(f"COBALT - {name}: {d['change']:+.1f} points (s.e. {d['se']:.1f}); COBALT's cost per program is "
-                     f"{result[f'cost_ratio_cobalt_over_{key}_per_program']:.2f}x {name}'s")
+        turns = ", ".join(f"turn {c['turn']} {c['change']:+.1f} ({c['se']:.1f})" for c in d["per_turn"])
+        lines.append(f"COBALT - {name}: {d['change']:+.1f} points averaged over turns (s.e. {d['se']:.1f}; {turns}); "
+                     f"COBALT's cost per program is {result[f'cost_ratio_cobalt_over_{key}_per_program']:.2f}x {name}'s")
     return "\n".join(lines)
 
 

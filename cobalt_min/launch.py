@@ -27,6 +27,9 @@ def check_method(args) -> None:
     """Each method's data, before anything loads."""
     if args.method == "cobalt" and not args.contexts:
         raise SystemExit("error: --method cobalt needs --contexts (collect.py's contexts.jsonl)")
+    if args.method == "single-turn" and (not args.problems or args.contexts or args.perturbed_contexts):
+        raise SystemExit("error: --method single-turn trains on the first turns of --problems (no --contexts or "
+                         "--perturbed-contexts): it needs no offline data")
     if args.method in ("grpo-mt", "verpo-mt"):
         if not args.problems or args.contexts or args.perturbed_contexts:
             raise SystemExit(f"error: --method {args.method} trains on --problems (no --contexts or "

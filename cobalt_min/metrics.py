@@ -156,6 +156,19 @@ def paired_change(before: list[dict], after: list[dict], n_turns: int) -> dict:
             "improved": sum(c > 0 for c in changes), "worse": sum(c < 0 for c in changes)}
 
 
+def paired_change_per_turn(before: list[dict], after: list[dict], n_turns: int) -> list[dict]:
+    """Pass@1 at each turn, after minus before, paired over the problems evaluated in both (in points): per
+    turn the mean of the problems' own changes and its standard error."""
+    b = {rec["problem_id"]: rec for rec in before}
+    pairs = [(b[rec["problem_id"]], rec) for rec in after if rec["problem_id"] in b]
+    out = []
+    for t in range(n_turns):
+        changes = [100 * (solved_share(a, t) - solved_share(x, t)) for x, a in pairs]
+        out.append({"turn": t, "change": sum(changes) / len(changes) if changes else 0.0,
+                    "se": standard_error(changes)})
+    return out
+
+
 def pass1_se_per_turn(problem_records: list[dict], n_turns: int) -> list[float]:
     """Standard error over problems of Pass@1 at each turn (in points)."""
     per_turn = [[100 * solved_share(rec, t) for rec in problem_records] for t in range(n_turns)]

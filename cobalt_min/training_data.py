@@ -1,6 +1,6 @@
 """What train.py's steps draw from, and in which order: COBALT's contexts (collect.py's, plus perturbed
-ones from perturb.py augment), every record checked; GRPO-MT's and VeRPO-MT's problems; the
-validation contexts; the epoch's order as a function of the step number (what makes --resume exact).
+ones from perturb.py augment), every record checked; single-turn GRPO's first-turn contexts of the
+problems; GRPO-MT's and VeRPO-MT's problems; the validation contexts; the epoch's order as a function of the step number (what makes --resume exact).
 
     data, val_contexts, too_long, steps_per_epoch, total_steps = load_training_data(args, tokenizer, log)
     epoch, share = batch_for_step(data, step, steps_per_epoch, args, rank, world)
@@ -12,6 +12,7 @@ from pathlib import Path
 from cobalt_min import cli
 from cobalt_min.generation import chat_prompt_ids
 from cobalt_min.jsonl import read_jsonl
+from cobalt_min.trajectories import first_turn_contexts
 
 
 def load_contexts(path, what="contexts", may_be_empty=False) -> list[dict]:
@@ -100,15 +101,19 @@ def fit_prompt_budget(contexts: list, val_contexts: list, count_prompt_tokens, a
 
 
 def load_training_data(args, tokenizer, log) -> tuple[list, list, int, int, int]:
-    """(what the steps draw from: contexts for COBALT, problems for GRPO-MT and VeRPO-MT; validation
-    contexts; contexts dropped as too long; steps per epoch; steps in all)."""
+    """(what the steps draw from: contexts for COBALT and single-turn GRPO, problems for GRPO-MT and
+    VeRPO-MT; validation contexts; contexts dropped as too long; steps per epoch; steps in all)."""
     if args.method == "cobalt":
         data, val_contexts = load_training_contexts(args, log)
+    else:
+        data = cli.problems_of(args)
+        val_contexts = load_contexts(args.val_contexts, "validation contexts")[:args.val_limit] if args.val_contexts else []
+    if args.method == "single-turn":
+        data = first_turn_contexts(data)  # the first turn s_0 of every problem, prev_best 0
+    too_long = 0
+    if args.method in ("cobalt", "single-turn"):
         prompt_tokens = lambda messages: len(chat_prompt_ids(tokenizer, messages, args.thinking))  # noqa: E731
         data, val_contexts, too_long = fit_prompt_budget(data, val_contexts, prompt_tokens, args, log)
-    else:
-        data, too_long = cli.problems_of(args), 0
-        val_contexts = load_contexts(args.val_contexts, "validation contexts")[:args.val_limit] if args.val_contexts else []
     # As the authors (veRL's drop_last): only full batches; the last len % batch contexts of an epoch's
     # order are not trained in that epoch (each epoch's order differs, so no context is always left out).
     unit = "contexts" if args.method == "cobalt" else "problems"
@@ -116,7 +121,7 @@ def load_training_data(args, tokenizer, log) -> tuple[list, list, int, int, int]
     if steps_per_epoch == 0:
         raise SystemExit(f"error: {len(data)} training {unit} are fewer than --batch-size {args.batch_size}")
     total_steps = min(args.max_steps or 10 ** 9, args.epochs * steps_per_epoch)
-    per_item = {"cobalt": f"{args.group_size} programs",
+    per_item = {"cobalt": f"{args.group_size} programs", "single-turn": f"{args.group_size} first-turn programs (single-turn GRPO)",
                 "grpo-mt": f"{args.group_size} conversations of {args.turns} programs (GRPO-MT, credit: {args.credit})",
                 "verpo-mt": f"{args.group_size} conversations of {args.turns} programs (VeRPO-MT, alpha "
                             f"{args.verpo_alpha:g}, gamma {args.verpo_gamma:g}, beta {args.verpo_beta:g})"}[args.method]

@@ -13,13 +13,17 @@ each program's pass rate over ALL tests (public + hidden) and the conversation. 
    prev_best, the best pass rate among the programs it already contains (the reward's baseline).
    Cutting stops when the context's last two feedback messages both say that all public tests
    passed, or when the context exceeds the prompt budget (10,000 tokens, policy tokenizer + template).
+
+The paper's first stage, single-step fine-tuning ("FT", the authors' train_grpo_single_turn.sh), trains on
+first turns only: first_turn_contexts gives every problem's context s_0 with prev_best = 0, no collection,
+no dynamic sampling. COBALT on those contexts alone IS single-turn GRPO (train.py --method single-turn).
 """
 
 import random
 
 import numpy as np
 
-from cobalt_min.prompts import says_all_public_passed
+from cobalt_min.prompts import first_turn_messages, says_all_public_passed
 
 PROMPT_BUDGET = 10_000  # tokens, as the authors (their max prompt length in training is 10,240)
 
@@ -125,3 +129,12 @@ def build_contexts(records: list[dict], tests_by_id: dict, *, split: str = "trai
     random.Random(seed).shuffle(contexts)
     stats["contexts"] = len(contexts)
     return contexts, stats
+
+
+def first_turn_contexts(problems: list) -> list[dict]:
+    """Single-turn GRPO's training set (the paper's FT stage): for every problem its opening context
+    s_0 = [system, problem], prev_best = 0, and all its tests (public + hidden, as every reward). Unlike
+    build_contexts nothing was collected, so nothing is filtered: a problem the policy always solves
+    gives a group of equal rewards, advantage 0 (veRL's GRPO, which the authors ran, keeps such groups)."""
+    return [{"problem_id": p.id, "messages": first_turn_messages(p.question, p.starter_code, p.fn_name),
+             "prev_best": 0.0, "turn": 0, "tests": p.all_tests()} for p in problems]

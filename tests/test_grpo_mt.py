@@ -168,8 +168,8 @@ def test_shortened_comparison_writes_everything(tmp_path):
                           timeout=1500)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads((tmp_path / "comparison.json").read_text())
-    assert set(result["methods"]) == {"base", "COBALT", "GRPO-MT", "VeRPO-MT"} and result["held_out_problems"] == 2
-    for name in ("COBALT", "GRPO-MT", "VeRPO-MT"):
+    assert set(result["methods"]) == {"base", "COBALT", "FT", "GRPO-MT", "VeRPO-MT"} and result["held_out_problems"] == 2
+    for name in ("COBALT", "FT", "GRPO-MT", "VeRPO-MT"):
         entry = result["methods"][name]
         assert len(entry["pass1_per_turn"]) == len(entry["pass1_se_per_turn"]) == 2
         assert entry["paired_change_vs_base"]["problems"] == 2
@@ -179,13 +179,19 @@ def test_shortened_comparison_writes_everything(tmp_path):
     # the training reward is a different quantity per method: comparison.json says which
     assert "immediate" in result["methods"]["COBALT"]["training"]["reward_per_step_is"]
     assert "return" in result["methods"]["GRPO-MT"]["training"]["reward_per_step_is"]
+    assert "first-turn" in result["methods"]["FT"]["training"]["reward_per_step_is"]
+    # FT is train.py --method single-turn
+    assert json.loads((tmp_path / "ft" / "settings.json").read_text())["method"] == "single-turn"
+    d = result["cobalt_minus_ft"]  # the control: COBALT minus FT, averaged and per turn, paired over problems
+    assert [c["turn"] for c in d["per_turn"]] == [0, 1] and "se" in d
+    assert sum(c["change"] for c in d["per_turn"]) / 2 == pytest.approx(d["change"])
     for entry in result["methods"].values():  # every conversation is failing or passing before turn 1
         [c] = entry["turn_changes"]
         assert c["turn"] == 1 and c["failing_before"] + c["passing_before"] == 2 * 2
         assert [g["turn"] for g in entry["gain_over_turn0"]] == [0, 1]
     assert result["cost_ratio_cobalt_over_grpo_mt_per_program"] > 0
     assert result["cost_ratio_cobalt_over_verpo_mt_per_program"] > 0 and "se" in result["cobalt_minus_verpo_mt"]
-    assert "COBALT vs GRPO-MT and VeRPO-MT" in proc.stdout and "what feedback did" in proc.stdout and (tmp_path / "report.html").exists()
+    assert "COBALT vs FT (single-turn GRPO), GRPO-MT and VeRPO-MT" in proc.stdout and "COBALT - FT:" in proc.stdout and "what feedback did" in proc.stdout and (tmp_path / "report.html").exists()
     if importlib.util.find_spec("matplotlib"):
         assert (tmp_path / "comparison.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     drop_model_weights(tmp_path)

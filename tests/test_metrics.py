@@ -26,6 +26,12 @@ def test_paired_change_and_reward_trend_by_hand():
     assert change["se"] == pytest.approx(((75 - 100 / 3) ** 2 + (25 - 100 / 3) ** 2 + (100 / 3) ** 2) ** 0.5
                                          / 2 ** 0.5 / 3 ** 0.5)
     assert change["before"] == pytest.approx(125 / 3) and change["improved"] == 2 and change["worse"] == 0
+    # per turn: turn 0 changes a +100, b 0, c 0; turn 1 a +50, b +50, c 0 (the problem only in `after` is left out)
+    from cobalt_min.metrics import paired_change_per_turn
+    [t0, t1] = paired_change_per_turn(before, after, 2)
+    assert (t0["turn"], t0["change"], t1["turn"], t1["change"]) == (0, pytest.approx(100 / 3), 1, pytest.approx(100 / 3))
+    assert t0["se"] == pytest.approx((2 * (100 / 3) ** 2 + (200 / 3) ** 2) ** 0.5 / 2 ** 0.5 / 3 ** 0.5)
+    assert t1["se"] == pytest.approx((2 * (50 / 3) ** 2 + (100 / 3) ** 2) ** 0.5 / 2 ** 0.5 / 3 ** 0.5)
     # turn 0 Pass@1 per problem before: 0, 0, 100 -> standard error = std / sqrt(3)
     assert pass1_se_per_turn(before, 2)[0] == pytest.approx((2 * (100 / 3) ** 2 + (200 / 3) ** 2) ** 0.5 / 2 ** 0.5 / 3 ** 0.5)
     trend = reward_trend([{"reward_mean": r} for r in (-0.5, -0.3, 0.0, 0.1, 0.2, 0.3, 0.4, 0.6)])
