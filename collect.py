@@ -8,10 +8,10 @@ down-sampled and cut into partial trajectories: DIR/contexts.jsonl, ready for tr
 
     # CPU, demo problems and the demo model (a few minutes):
     python collect.py --model smollm2 --problems demo --out runs/collect --trajectories 4 --turns 3 --max-new-tokens 256
-    # GPU, the paper's setting (reference model = the fine-tuned policy you start RL from):
-    python collect.py --model path/to/sft-model --problems data/taco_train.jsonl --out runs/collect \
+    # GPU, the paper's setting (reference model = FT, the single-turn GRPO model: train.py --method single-turn):
+    python collect.py --model runs/ft/final --problems data/taco_train.jsonl --out runs/collect \
         --trajectories 16 --turns 3 --thinking
-    python collect.py --model path/to/sft-model --problems data/taco_dev.jsonl --split validation --out runs/collect_val
+    python collect.py --model runs/ft/final --problems data/taco_dev.jsonl --split validation --out runs/collect_val
     # many GPUs, one or several nodes: one engine per rank, shards merged by rank 0 (--out on a shared disk):
     torchrun --nproc_per_node 8 [--nnodes 2 --node-rank R --master-addr HOST] collect.py --model M ... --out runs/collect
     # rebuild contexts from existing raw trajectories, without generating anything:

@@ -3,20 +3,23 @@ r"""Online contextual bandit learning (COBALT stage 2, paper §3, §5): GRPO on 
 Each step takes a batch of contexts (partial trajectories from collect.py), samples G next programs
 for each with the current policy, runs them on ALL tests of their problem, scores them with the
 staged reward (correctness + improvement over the context's best program + format), and updates the
-policy with the clipped GRPO loss under a KL penalty to the frozen initial policy. Three more methods
-of the same loop (steps 1-4 differ, nothing else): `--method single-turn` is the paper's first stage
-("FT", single-step fine-tuning): the same steps on every problem's first turn only, no offline data;
+policy with the clipped GRPO loss under a KL penalty to the frozen initial policy. More methods of the
+same loop (steps 1-4 differ, nothing else): `--method single-turn` is the paper's first stage ("FT",
+single-step fine-tuning): the same steps on every problem's first turn only, no offline data;
 `--method grpo-mt` and `--method verpo-mt` are the paper's online multi-turn baselines: whole
-conversations rolled out by the policy instead of offline contexts.
+conversations rolled out by the policy instead of offline contexts; `--method sft` is the repair
+warm-up of the self-repair demo (not in the paper: docs/departures.md): supervised fine-tuning on
+demonstrations (cobalt_min/warmup.py), no sampling, no reward.
 
     # CPU, small settings (a few minutes; demo.sh holds the demo's own):
     python train.py --model smollm2 --contexts runs/collect/contexts.jsonl --out runs/train \
         --batch-size 2 --group-size 4 --max-new-tokens 128 --max-steps 4 --lr 1e-5
-    # the paper's pipeline: base -> FT (single-turn GRPO) -> collect with FT -> COBALT on base or FT
-    python train.py --method single-turn --model BASE --problems data/taco_train.jsonl --out runs/ft
-    # one GPU:
-    python train.py --model path/to/sft-model --contexts runs/collect/contexts.jsonl \
-        --val-contexts runs/collect_val/contexts.jsonl --out runs/train --thinking --gradient-checkpointing
+    # one GPU, the paper's pipeline (docs/full_scale.md): base -> FT (single-turn GRPO) -> collect.py with FT
+    # -> COBALT from base ("COBALT") or from FT ("FT-COBALT"; with --perturbed-contexts: "-PTB")
+    python train.py --method single-turn --model Qwen/Qwen3-8B --problems data/taco_train.jsonl --out runs/ft \
+        --thinking --gradient-checkpointing
+    python train.py --model runs/ft/final --contexts runs/collect/contexts.jsonl \
+        --val-contexts runs/collect_val/contexts.jsonl --out runs/ft_cobalt --thinking --gradient-checkpointing
     # several GPUs: DDP (a full copy per GPU), or --fsdp (FSDP2 shards; docs/full_scale.md); two CPU ranks:
     accelerate launch --config_file configs/fsdp_8b.yaml train.py --model Qwen/Qwen3-8B ... --fsdp --engine vllm
     ACCELERATE_USE_CPU=true torchrun --nproc_per_node 2 train.py ... [--fsdp]
@@ -46,6 +49,7 @@ from tqdm.auto import tqdm
 
 from cobalt_min import cli, grpo_mt, verpo
 from cobalt_min.checkpoint import save_checkpoint, save_final_policy
+from cobalt_min.generation import Completion
 from cobalt_min.grpo import AGGREGATIONS, group_advantages, policy_loss
 from cobalt_min.jsonl import append_jsonl
 from cobalt_min.launch import kept_checkpoint, resume_run, start_run
@@ -81,10 +85,13 @@ g.add_argument("--vllm-max-num-seqs", type=cli.count, default=None, help="vLLM: 
 g.add_argument("--vllm-sleep-mode", action="store_true", help="vLLM (CUDA): no memory held outside sampling")
 g.add_argument("--gen-batch-size", type=cli.count, default=64, help="transformers engine: sequences per generate")
 g = ap.add_argument_group("method and data")
-g.add_argument("--method", default="cobalt", choices=["cobalt", "single-turn", "grpo-mt", "verpo-mt"],
+g.add_argument("--method", default="cobalt", choices=["cobalt", "single-turn", "grpo-mt", "verpo-mt", "sft"],
                help="cobalt: one program per offline context (the paper); single-turn: GRPO on first turns (the "
-                    "paper's FT stage); grpo-mt, verpo-mt: the online multi-turn baselines")
+                    "paper's FT stage); grpo-mt, verpo-mt: the online multi-turn baselines; sft: supervised "
+                    "fine-tuning on --demonstrations (the self-repair demo's warm-up, not the paper's)")
 g.add_argument("--contexts", type=cli.source, default=None, help="cobalt: contexts.jsonl from collect.py")
+g.add_argument("--demonstrations", type=cli.source, default=None,
+               help="sft: conversations whose last (assistant) message is the target (python -m cobalt_min.warmup)")
 cli.problem_flags(g, required=False, what="single-turn, grpo-mt, verpo-mt: the problems to train on")
 g.add_argument("--turns", type=cli.count, default=3, help="grpo-mt, verpo-mt: programs per conversation (VeRPO's: 4)")
 g.add_argument("--credit", default="outcome", choices=["outcome", "reward-to-go"],
@@ -121,22 +128,24 @@ g.add_argument("--clip-low", type=cli.number(0, 1, high_open=True), default=0.2,
 g.add_argument("--clip-high", type=cli.non_negative, default=0.4, help="ratio clip above 1 (clip-higher)")
 g.add_argument("--dual-clip", type=cli.number(1, low_open=True), default=3.0,
                help="dual-clip c for negative advantages")
-g.add_argument("--kl-coef", type=cli.non_negative, default=1e-4, help="KL penalty coefficient (0: no reference model)")
+g.add_argument("--kl-coef", type=cli.non_negative, default=None,
+               help="KL penalty coefficient, 0: no reference model (default: 1e-4; sft: 0)")
 g.add_argument("--kl-estimator", default="k2", choices=["k1", "k2", "k3"], help="k2 is veRL's 'mse'")
 g.add_argument("--agg", default="token-mean", choices=AGGREGATIONS,
                help="token mean over the mini-batch (the paper's) or per micro-batch (the authors' veRL runs)")
 g.add_argument("--adv-eps", type=cli.positive, default=1e-6, help="advantage = (r - mean) / (std + eps)")
 g.add_argument("--logprob-chunk", type=cli.count, default=256, help="tokens per LM-head chunk in log-probs")
 g = ap.add_argument_group("optimisation")
-g.add_argument("--lr", type=cli.positive, default=1e-6, help="constant learning rate (AdamW)")
+g.add_argument("--lr", type=cli.positive, default=None, help="constant learning rate, AdamW (default: 1e-6; sft: 1e-5)")
 g.add_argument("--weight-decay", type=cli.non_negative, default=0.01, help="AdamW weight decay")
 g.add_argument("--grad-clip", type=cli.positive, default=1.0, help="max gradient norm")
-g.add_argument("--mini-batches", type=cli.count, default=2, help="optimizer steps per batch (mini-batch 64)")
+g.add_argument("--mini-batches", type=cli.count, default=None,
+               help="optimizer steps per batch (default: 2, mini-batches of 64; sft: 1)")
 g.add_argument("--micro-batch-size", type=cli.count, default=4, help="sequences per forward/backward")
 g.add_argument("--micro-batch-tokens", type=cli.count, default=None,
                help="instead: micro-batches of whole contexts up to this many tokens (a prompt counted once)")
 g.add_argument("--epochs", type=cli.count, default=None,
-               help="passes over the contexts or problems (default: 2; single-turn: 4, the authors')")
+               help="passes over the contexts or problems (default: 2; single-turn: 4, the authors'; sft: 3)")
 g.add_argument("--max-steps", type=cli.count, default=None, help="stop after this many steps")
 g.add_argument("--max-nonfinite-steps", type=cli.count, default=5,
                help="stop after this many optimizer steps in a row skipped for a NaN/inf gradient norm")
@@ -159,10 +168,13 @@ SETTINGS = cli.settings_of(ap, besides={
     "micro_batch_size", "micro_batch_tokens", "max_steps", "max_nonfinite_steps", "val_contexts", "val_every",
     "val_limit", "val_temperature", "save_every", "keep_checkpoints", "log_with", "dist_timeout_minutes", "out",
     "save_dtype", "resume", "vllm_max_num_seqs", "vllm_sleep_mode"})  # (what does not decide the run: settings.json)
-# The authors' single-turn run (scripts/train_grpo_single_turn.sh) differs from their COBALT run in these two
-# numbers only: prompts are first turns (max 2,048 tokens), and it makes 4 passes over the problems.
-DEFAULTS = {"cobalt": {"epochs": 2, "max_prompt_tokens": 10240}, "single-turn": {"epochs": 4, "max_prompt_tokens": 2048},
-            "grpo-mt": {"epochs": 2, "max_prompt_tokens": 10240}, "verpo-mt": {"epochs": 2, "max_prompt_tokens": 10240}}
+# The flags whose default depends on the method. The authors' single-turn run (scripts/train_grpo_single_turn.sh)
+# differs from their COBALT run in two numbers only: prompts are first turns (max 2,048 tokens), and it makes 4
+# passes over the problems. The warm-up (sft, ours) takes a usual supervised fine-tuning setting.
+PAPER = {"epochs": 2, "max_prompt_tokens": 10240, "lr": 1e-6, "mini_batches": 2, "kl_coef": 1e-4}
+DEFAULTS = {"cobalt": PAPER, "grpo-mt": PAPER, "verpo-mt": PAPER,
+            "single-turn": {**PAPER, "epochs": 4, "max_prompt_tokens": 2048},
+            "sft": {**PAPER, "epochs": 3, "lr": 1e-5, "mini_batches": 1, "kl_coef": 0.0}}
 
 
 def parse_args(argv=None):
@@ -182,7 +194,7 @@ class StepBatch:
     rows: list                 # R Completions: the sampled tokens, text, finished
     prompt_of: list            # R ints
     advantages: torch.Tensor   # (R,)
-    group_rewards: torch.Tensor  # (B, G)
+    group_rewards: torch.Tensor | None  # (B, G); None: no reward (sft)
     rates: list                # pass rates of the programs run (None: no code block; nan: no verdict)
     problems: int              # distinct problems in this rank's share
     extra: dict                # method-specific numbers for metrics.jsonl
@@ -273,6 +285,25 @@ def multi_turn_batch(learner: Learner, problems: list, step: int, args, timings:
                      sum("infra_error" in turn for trs in trajs for tr in trs for turn in tr["turns"]))
 
 
+# ----------------------------------------------------------------------------- steps 1-4: the warm-up (sft)
+
+
+def demonstration_batch(learner: Learner, demonstrations: list) -> StepBatch:
+    """The repair warm-up's steps 1-4 (--method sft; not the paper's: docs/departures.md): nothing is sampled
+    or run. Each demonstration's last message (the assistant's) is the target, the messages before it the
+    prompt, so the loss is on the target's tokens only. Every advantage is 1 and the ratio stays 1 (the old
+    log-probs are the current ones, sequence_logprobs): the clipped loss -A ratio then has the gradient
+    -grad log pi(target): supervised fine-tuning (token-mean negative log-likelihood) through the same update.
+    The target's tokens are its text's followed by EOS, as a sampled response that ended by itself."""
+    tok = learner.tokenizer
+    prompts = [learner.engine.prompt_ids(d["messages"][:-1]) for d in demonstrations]
+    targets = [d["messages"][-1]["content"] for d in demonstrations]
+    rows = [Completion(text, tok(text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id], True)
+            for text in targets]
+    return StepBatch(prompts, rows, list(range(len(rows))), torch.ones(len(rows)), None, [None] * len(rows),
+                     len({d.get("problem_id") for d in demonstrations}), {})
+
+
 # ----------------------------------------------------------------------------- steps 5-6: the GRPO update
 
 
@@ -284,9 +315,10 @@ def sequence_logprobs(learner: Learner, batch: StepBatch, args):
     sequences = pack_groups(batch.prompts, [row.token_ids or [eos] for row in batch.rows], batch.prompt_of,
                             learner.tokenizer.pad_token_id, device=acc.device)  # prompts (U, P); rows (R, C)
     old_logp = ref_logp = None
+    several = args.mini_batches > 1 and args.method != "sft"  # (sft: the ratio stays 1, demonstration_batch)
     plan = micro_batches(sequences, torch.arange(len(batch.rows), device=acc.device), args, acc) \
-        if args.mini_batches > 1 or learner.ref is not None else []
-    if args.mini_batches > 1:
+        if several or learner.ref is not None else []
+    if several:
         old_logp = batched_logprobs(learner.policy, sequences, args.temperature, plan)  # (R, C)
     if learner.ref is not None:
         with acc.autocast():  # (as the policy's forward runs; a no-op under --fsdp)
@@ -301,7 +333,7 @@ def update_policy(learner: Learner, sequences: SequenceBatch, advantages, old_lo
     block of each rank's contexts and of the global batch, whatever the number of ranks; every rank runs the
     same number of micro-batches (a collective per backward). Returns loss statistics, means over ranks."""
     accelerator, world = learner.accelerator, learner.accelerator.num_processes
-    token_stats = ("clip_frac_high", "clip_frac_low", "clip_frac_dual", "kl", "ratio")
+    token_stats = ("clip_frac_high", "clip_frac_low", "clip_frac_dual", "kl", "ratio", "logp")
     sums = dict.fromkeys(("loss",) + token_stats + ("tokens",), 0.0)  # this rank's; token_stats weighted by tokens
     grad_norms, skipped = [], 0
     advantages = advantages.to(accelerator.device)  # (R,)
@@ -358,7 +390,8 @@ def train(args):
     step = resume_run(args, learner, log)
     if main_process:
         accelerator.init_trackers("cobalt-min", config=cli.tracker_config(args))
-    bar = tqdm(total=total_steps, initial=step, desc="GRPO steps", unit="step", disable=not main_process)
+    bar = tqdm(total=total_steps, initial=step, desc="SFT steps" if args.method == "sft" else "GRPO steps", unit="step",
+               disable=not main_process)
     while step < total_steps:
         timings, start = {}, time.perf_counter()
         with timed(timings, "batch_s"):
@@ -368,6 +401,8 @@ def train(args):
             # 2-4. programs sampled by the current policy, run, rewarded; their advantages
             if args.method in ("cobalt", "single-turn"):
                 batch = cobalt_batch(learner, share, step, args, timings, workers)
+            elif args.method == "sft":  # (the warm-up: demonstrations, advantage 1, no sampling)
+                batch = demonstration_batch(learner, share)
             else:
                 batch = multi_turn_batch(learner, share, step, args, timings, workers)
         # 5. log-probs of the sampling and reference policies where the loss needs them
@@ -384,7 +419,7 @@ def train(args):
         # 8. log, validate, checkpoint
         metrics = step_metrics(learner, batch, sequences, stats, timings, step=step, epoch=epoch,
                                method=args.method, dropped_long_contexts=too_long)
-        if metrics["zero_std_groups"] == 1.0:
+        if metrics.get("zero_std_groups") == 1.0:
             log(f"step {step}: every group's rewards are equal, so every advantage is 0: nothing was learned")
         metrics["step_s"] = round(time.perf_counter() - start, 3)
         metrics.update(cost_per_example(metrics))
@@ -393,7 +428,10 @@ def train(args):
         if main_process:
             append_jsonl(out / "metrics.jsonl", metrics)
             accelerator.log({tracker_tag(k): v for k, v in metrics.items() if isinstance(v, (int, float))}, step=step)
-            bar.set_postfix(reward=f"{metrics['reward_mean']:.3f}", pass_rate=f"{metrics['pass_rate']:.2f}")
+            if batch.group_rewards is None:  # (sft: the demonstrations' negative log-likelihood)
+                bar.set_postfix(nll=f"{-metrics['logp']:.3f}")
+            else:
+                bar.set_postfix(reward=f"{metrics['reward_mean']:.3f}", pass_rate=f"{metrics['pass_rate']:.2f}")
             bar.update(1)
         if step % args.save_every == 0 or step == total_steps:
             save_checkpoint(accelerator, learner.policy, learner.optimizer, out, step, epoch, args.keep_checkpoints)

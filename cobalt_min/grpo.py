@@ -112,7 +112,8 @@ def policy_loss(logp, old_logp, ref_logp, advantages, mask, *, clip_low: float =
     With a single optimizer step per batch old_logp == logp.detach() and ratio == 1: the loss is
     then the plain policy gradient -A * logp in value of gradient.
     Metrics (means over masked tokens): clip_frac_high (A > 0, ratio above 1 + clip_high),
-    clip_frac_low (A < 0, ratio below 1 - clip_low), clip_frac_dual (dual clip active), kl, ratio."""
+    clip_frac_low (A < 0, ratio below 1 - clip_low), clip_frac_dual (dual clip active), kl, ratio, logp (the
+    policy's log-prob per trained token: under train.py --method sft, minus the negative log-likelihood)."""
     mask_f = mask.to(logp.dtype)
     n_tok = mask_f.sum().clamp(min=1.0)
     adv = advantages.to(logp.dtype)[:, None]  # (B, 1)
@@ -135,5 +136,6 @@ def policy_loss(logp, old_logp, ref_logp, advantages, mask, *, clip_low: float =
             "clip_frac_dual": (dual & m).sum().item() / n_tok.item(),
             "ratio": (ratio * mask_f).sum().item() / n_tok.item(),
             "kl": (kl * mask_f).sum().item() / n_tok.item() if kl is not None else 0.0,
+            "logp": (logp * mask_f).sum().item() / n_tok.item(),
         }
     return loss, metrics

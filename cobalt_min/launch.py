@@ -27,6 +27,11 @@ def check_method(args) -> None:
     """Each method's data, before anything loads."""
     if args.method == "cobalt" and not args.contexts:
         raise SystemExit("error: --method cobalt needs --contexts (collect.py's contexts.jsonl)")
+    if args.method == "sft" and (not args.demonstrations or args.contexts or args.perturbed_contexts or args.problems):
+        raise SystemExit("error: --method sft trains on --demonstrations only (no --contexts, --perturbed-contexts or "
+                         "--problems)")
+    if args.method != "sft" and args.demonstrations:
+        raise SystemExit(f"error: --demonstrations are --method sft's, not --method {args.method}'s")
     if args.method == "single-turn" and (not args.problems or args.contexts or args.perturbed_contexts):
         raise SystemExit("error: --method single-turn trains on the first turns of --problems (no --contexts or "
                          "--perturbed-contexts): it needs no offline data")
@@ -51,8 +56,8 @@ def check_launch(args, mixed: str) -> None:
 def start_run(args, settings: tuple):
     """Everything that can refuse a run before anything loads, then Accelerate: (accelerator, compute
     precision, model path, whether vLLM samples, log function). `settings`: the flags a --resume must keep."""
-    if args.sanity_reward_tokens is None:
-        require_safe_sandbox()
+    if args.sanity_reward_tokens is None and (args.method != "sft" or args.val_contexts):
+        require_safe_sandbox()  # (sft runs nothing, but its validation does)
     mixed = args.mixed_precision or os.environ.get("ACCELERATE_MIXED_PRECISION") or \
         ("bf16" if torch.cuda.is_available() else "no")
     check_method(args)

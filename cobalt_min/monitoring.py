@@ -34,18 +34,26 @@ def mean(xs):
 
 def step_metrics(learner: Learner, batch, sequences, stats: dict, timings: dict, **extra) -> dict:
     """The step's numbers over all ranks (reward, pass rate, response length, loss statistics, timings,
-    what the step cost per program trained on and per problem); batch.extra is this rank's."""
+    what the step cost per program trained on and per problem; a step without rewards, sft's, has no reward
+    and pass rate); batch.extra is this rank's."""
     acc = learner.accelerator
     gather, device = acc.gather_for_metrics, acc.device
     lengths = gather(torch.tensor([float(len(c.token_ids)) for c in batch.rows], device=device))
     truncated = gather(torch.tensor([0.0 if c.finished else 1.0 for c in batch.rows], device=device))
-    # nan: no reward or pass rate (the sandbox failed on the program: batch.infra_errors), left out here
-    all_rewards = gather(batch.group_rewards.flatten().float().to(device))
-    all_rewards = all_rewards[all_rewards.isfinite()]
-    all_rates = gather(torch.tensor([p if p is not None else 0.0 for p in batch.rates], device=device))
-    all_rates = all_rates[all_rates.isfinite()]
-    zero_std = gather(torch.tensor([float(g[g.isfinite()].numel() > 1 and g[g.isfinite()].std() == 0)
-                                    for g in batch.group_rewards.float()], device=device))
+    rewarded = {}  # (the numbers of sampled, run and rewarded programs: none under sft)
+    if batch.group_rewards is not None:
+        # nan: no reward or pass rate (the sandbox failed on the program: batch.infra_errors), left out here
+        all_rewards = gather(batch.group_rewards.flatten().float().to(device))
+        all_rewards = all_rewards[all_rewards.isfinite()]
+        all_rates = gather(torch.tensor([p if p is not None else 0.0 for p in batch.rates], device=device))
+        all_rates = all_rates[all_rates.isfinite()]
+        zero_std = gather(torch.tensor([float(g[g.isfinite()].numel() > 1 and g[g.isfinite()].std() == 0)
+                                        for g in batch.group_rewards.float()], device=device))
+        rewarded = {"reward_mean": all_rewards.mean().item(),
+                    "reward_std": all_rewards.std().item() if all_rewards.numel() > 1 else 0.0,
+                    "pass_rate": all_rates.mean().item(), "all_tests_passed": (all_rates >= 1).float().mean().item(),
+                    "zero_std_groups": zero_std.mean().item(), "generated_tokens": int(lengths.sum().item()),
+                    "gen_tokens_per_s": float(lengths.sum()) / max(timings["generate_s"], 1e-9)}
     memory = gather(torch.tensor([peak_memory_gb(device)], device=device)).tolist()  # one per rank
     # How far apart the ranks reached the step's first collective (its batch: sampling, the sandbox): the
     # fast ones wait that long, and a wait over --dist-timeout-minutes fails the run.
@@ -53,31 +61,27 @@ def step_metrics(learner: Learner, batch, sequences, stats: dict, timings: dict,
     counts = acc.reduce(torch.tensor([len(batch.rows), sum(p is not None for p in batch.rates), batch.problems,
                                       batch.infra_errors], device=device, dtype=torch.float32), "sum").tolist()
     n_tokens = float(sequences.prompt_mask.sum(1)[sequences.prompt_index].sum() + sequences.completion_mask.sum())
-    return {**extra, "reward_mean": all_rewards.mean().item(),
-            "reward_std": all_rewards.std().item() if all_rewards.numel() > 1 else 0.0,
-            "pass_rate": all_rates.mean().item(), "all_tests_passed": (all_rates >= 1).float().mean().item(),
-            "zero_std_groups": zero_std.mean().item(),
+    return {**extra, **rewarded,
             "rank_spread_s": round((batch_s.max() - batch_s.min()).item(), 3),
             "no_code": sum(extract_code(c.text) is None for c in batch.rows) / len(batch.rows),
             "response_len": lengths.mean().item(), "truncated": truncated.mean().item(),
             "lr": learner.optimizer.param_groups[0]["lr"], **stats,
             **{k: round(v, 3) for k, v in timings.items()},
-            "gen_tokens_per_s": float(lengths.sum()) / max(timings["generate_s"], 1e-9),
             "train_tokens_per_s": n_tokens / max(timings["update_s"] + timings["logprob_s"], 1e-9),
             # the cost of a step's training examples: programs trained on (rows), programs the sandbox ran,
             # problems, generated tokens (all ranks)
             "programs_trained": int(counts[0]), "programs_run": int(counts[1]), "problems": int(counts[2]),
             "infra_errors": int(counts[3]),  # programs the sandbox failed on: no reward, advantage 0
-            "generated_tokens": int(lengths.sum().item()),
             **batch.extra, "peak_memory_gb": max(memory), "peak_memory_gb_per_rank": [round(m, 3) for m in memory]}
 
 
 def cost_per_example(metrics: dict) -> dict:
     """Seconds, generated tokens and sandbox seconds per program trained on, and seconds per problem."""
     n = max(metrics["programs_trained"], 1)
-    return {"s_per_program": metrics["step_s"] / n, "tokens_per_program": metrics["generated_tokens"] / n,
-            "sandbox_s_per_program": metrics["execute_s"] / n,
-            "s_per_problem": metrics["step_s"] / max(metrics["problems"], 1)}
+    out = {"s_per_program": metrics["step_s"] / n, "s_per_problem": metrics["step_s"] / max(metrics["problems"], 1)}
+    if "generated_tokens" in metrics:  # (sft samples and runs nothing)
+        out.update(tokens_per_program=metrics["generated_tokens"] / n, sandbox_s_per_program=metrics["execute_s"] / n)
+    return out
 
 
 def peak_memory_gb(device) -> float:

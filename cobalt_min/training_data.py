@@ -1,6 +1,6 @@
 """What train.py's steps draw from, and in which order: COBALT's contexts (collect.py's, plus perturbed
 ones from perturb.py augment), every record checked; single-turn GRPO's first-turn contexts of the
-problems; GRPO-MT's and VeRPO-MT's problems; the validation contexts; the epoch's order as a function of the step number (what makes --resume exact).
+problems; GRPO-MT's and VeRPO-MT's problems; the warm-up's demonstrations (sft); the validation contexts; the epoch's order as a function of the step number (what makes --resume exact).
 
     data, val_contexts, too_long, steps_per_epoch, total_steps = load_training_data(args, tokenizer, log)
     epoch, share = batch_for_step(data, step, steps_per_epoch, args, rank, world)
@@ -29,6 +29,24 @@ def load_contexts(path, what="contexts", may_be_empty=False) -> list[dict]:
         t = c["tests"]
         if not isinstance(t, dict) or not t.get("inputs") or len(t["inputs"]) != len(t.get("outputs", [])):
             raise SystemExit(f"error: {path} line {n} (problem {c.get('problem_id')}) has no usable tests")
+    return rows
+
+
+def load_demonstrations(path) -> list[dict]:
+    """The warm-up's demonstrations (train.py --method sft; cobalt_min/warmup.py writes them), checked: each
+    is a conversation ending with the assistant's message, the target."""
+    if not Path(path).exists():
+        raise SystemExit(f"error: demonstrations file {path} does not exist")
+    rows = read_jsonl(path)
+    if not rows:
+        raise SystemExit(f"error: {path} holds no demonstrations")
+    for n, d in enumerate(rows, 1):
+        messages = d.get("messages")
+        if not isinstance(messages, list) or len(messages) < 2 or not all(
+                isinstance(m, dict) and isinstance(m.get("content"), str) and m.get("role") for m in messages):
+            raise SystemExit(f"error: {path} line {n} has no conversation (messages: a list of role and content)")
+        if messages[-1]["role"] != "assistant":
+            raise SystemExit(f"error: {path} line {n} does not end with an assistant message (the target)")
     return rows
 
 
@@ -105,26 +123,34 @@ def load_training_data(args, tokenizer, log) -> tuple[list, list, int, int, int]
     VeRPO-MT; validation contexts; contexts dropped as too long; steps per epoch; steps in all)."""
     if args.method == "cobalt":
         data, val_contexts = load_training_contexts(args, log)
+    elif args.method == "sft":
+        data = load_demonstrations(args.demonstrations)
+        val_contexts = load_contexts(args.val_contexts, "validation contexts")[:args.val_limit] if args.val_contexts else []
     else:
         data = cli.problems_of(args)
         val_contexts = load_contexts(args.val_contexts, "validation contexts")[:args.val_limit] if args.val_contexts else []
     if args.method == "single-turn":
         data = first_turn_contexts(data)  # the first turn s_0 of every problem, prev_best 0
     too_long = 0
+    prompt_tokens = lambda messages: len(chat_prompt_ids(tokenizer, messages, args.thinking))  # noqa: E731
     if args.method in ("cobalt", "single-turn"):
-        prompt_tokens = lambda messages: len(chat_prompt_ids(tokenizer, messages, args.thinking))  # noqa: E731
         data, val_contexts, too_long = fit_prompt_budget(data, val_contexts, prompt_tokens, args, log)
+    elif args.method == "sft":  # (a demonstration's prompt: all but its target)
+        data, too_long = drop_long_contexts(data, lambda messages: prompt_tokens(messages[:-1]), args.max_prompt_tokens)
+        if not data:
+            raise SystemExit(f"error: every demonstration is longer than --max-prompt-tokens {args.max_prompt_tokens}")
     # As the authors (veRL's drop_last): only full batches; the last len % batch contexts of an epoch's
     # order are not trained in that epoch (each epoch's order differs, so no context is always left out).
-    unit = "contexts" if args.method == "cobalt" else "problems"
+    unit = {"cobalt": "contexts", "sft": "demonstrations"}.get(args.method, "problems")
     steps_per_epoch = len(data) // args.batch_size
     if steps_per_epoch == 0:
         raise SystemExit(f"error: {len(data)} training {unit} are fewer than --batch-size {args.batch_size}")
     total_steps = min(args.max_steps or 10 ** 9, args.epochs * steps_per_epoch)
-    per_item = {"cobalt": f"{args.group_size} programs", "single-turn": f"{args.group_size} first-turn programs (single-turn GRPO)",
-                "grpo-mt": f"{args.group_size} conversations of {args.turns} programs (GRPO-MT, credit: {args.credit})",
-                "verpo-mt": f"{args.group_size} conversations of {args.turns} programs (VeRPO-MT, alpha "
+    per_item = {"cobalt": f" x {args.group_size} programs", "sft": " (supervised fine-tuning on each one's last message)",
+                "single-turn": f" x {args.group_size} first-turn programs (single-turn GRPO)",
+                "grpo-mt": f" x {args.group_size} conversations of {args.turns} programs (GRPO-MT, credit: {args.credit})",
+                "verpo-mt": f" x {args.group_size} conversations of {args.turns} programs (VeRPO-MT, alpha "
                             f"{args.verpo_alpha:g}, gamma {args.verpo_gamma:g}, beta {args.verpo_beta:g})"}[args.method]
-    log(f"{total_steps} steps of {args.batch_size} {unit} x {per_item}; each epoch leaves out "
+    log(f"{total_steps} steps of {args.batch_size} {unit}{per_item}; each epoch leaves out "
         f"{len(data) % args.batch_size} {unit} (the last partial batch, as the authors)")
     return data, val_contexts, too_long, steps_per_epoch, total_steps

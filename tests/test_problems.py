@@ -51,8 +51,12 @@ def test_the_repair_family_shows_its_open_detail_in_the_first_feedback():
     from cobalt_min.prompts import feedback_text
     probs = {p.id: p for p in P.load_problems("demo") if p.difficulty == "repair function"}
     assert set(probs) == {f"demo/{pid}" for pid in make_demo.GUESSES} == set(make_demo.DETAIL_KIND)
-    assert len(probs) == 32 and {k: list(make_demo.DETAIL_KIND.values()).count(k) for k in set(make_demo.DETAIL_KIND.values())} \
-        == {"wording": 10, "separator": 6, "case": 4, "counting": 4, "rounding": 4, "answer": 4}
+    kinds = list(make_demo.DETAIL_KIND.values())
+    assert len(probs) == 109 and {k: kinds.count(k) for k in set(kinds)} \
+        == {"wording": 45, "separator": 24, "case": 9, "counting": 6, "rounding": 5, "answer": 20}
+    # every problem has an answer of its own (a template's variants differ on the first public test)
+    firsts = {(p.fn_name, json.dumps(p.public_tests["inputs"][0]), json.dumps(p.public_tests["outputs"][0])) for p in probs.values()}
+    assert len(firsts) == len(probs)
     guesses = [(probs[f"demo/{pid}"], f"{probs[f'demo/{pid}'].starter_code}    {body}\n") for pid, body in make_demo.GUESSES.items()]
     results = run_batch([(prog, p.public_tests) for p, prog in guesses], timeout_s=4.0)
     for (p, prog), res in zip(guesses, results):

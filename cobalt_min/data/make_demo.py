@@ -557,6 +557,81 @@ REVEALED = [
             "The tests fix how the answer is written.", "    return 'Y' if c in 'aeiou' else 'N'\n",
             [["a"], ["b"], ["e"], ["z"], ["o"], ["x"], ["u"], ["m"]]),
 ]
+
+# More problems of these kinds, so that the self-repair demo (make demo-repair) has enough held-out problems to
+# measure a few points: one statement per template, which leaves the same detail open, and several variants that
+# fix it differently, so that the first failing public test is the only place where a variant's answer shows.
+# (template, kind, name, args, task, detail, inputs, a naive first guess, {variant: the answer's expression})
+_NAMES = [["Ann"], ["Bob"], ["Zoe"], ["Li"], ["Max"], ["Eve"], ["Sam"], ["Kim"]]
+_SMALL = [[3], [10], [0], [7], [2], [99], [5], [42]]
+_WORDS = [["python"], ["code"], ["ai"], ["fun"], ["rl"], ["test"], ["x"], ["news"]]
+_PAIRS = [[1, 2], [0, 0], [-3, 4], [10, 20], [5, -5], [7, 7], [-1, -1], [100, 0]]
+_LISTS = [[["red", "green", "blue"]], [["hello", "world"]], [["x"]], [["one", "two", "three"]], [["ab", "cd"]], [[]],
+          [["q", "r"]], [["up", "down"]]]
+_NUMS = [[[1, 2, 3]], [[10, 20]], [[5]], [[7, 8, 9, 10]], [[0, 0]], [[]], [[-1, 1]], [[4, 5, 6]]]
+_TEXTS = [["hello World"], ["PyThon code"], ["make It so"], ["ok"], ["X y Z"], ["the END"], ["a"], ["Rl For CODE"]]
+_SIGNED = [[5], [-3], [0], [1], [-1], [100], [-100], [7]]
+_COMPARED = [[1, 2], [5, 3], [4, 4], [-1, 0], [9, 1], [0, 0], [2, 10], [7, 6]]
+VARIANT_TEMPLATES = [
+    ("hello", "wording", "hello", "name", "returns a greeting for the given name.", "The tests fix the exact wording.",
+     _NAMES, "'Hello ' + name", {"hi": "f'Hi {name}'", "hey": "f'Hey, {name}.'", "welcome": "f'Welcome, {name}!'",
+                                 "morning": "f'Good morning, {name}'", "dear": "f'Dear {name},'", "bang": "f'Hello {name}!'"}),
+    ("bye", "wording", "bye", "name", "returns a goodbye message for the given name.", "The tests fix the exact wording.",
+     _NAMES, "'Bye ' + name", {"see-you": "f'See you, {name}!'", "dot": "f'Bye, {name}.'", "farewell": "f'Farewell {name}'",
+                               "later": "f'Later, {name}'", "night": "f'Good night, {name}!'"}),
+    ("count-text", "wording", "count_text", "n", "returns a short text saying how many items there are.",
+     "The tests fix the exact wording.", _SMALL, "str(n)",
+     {"apples": "f'{n} apples'", "items": "f'items: {n}'", "total": "f'Total: {n}'", "pcs": "f'{n} pcs'", "hash": "f'#{n}'",
+      "left": "f'{n} left'"}),
+    ("money", "wording", "money", "n", "returns n whole units of money as text.", "The tests fix the exact format.",
+     _SMALL, "str(n)", {"usd": "f'{n} USD'", "cents": "f'{n}.00'", "usd-first": "f'USD {n}'", "euros": "f'{n} euros'",
+                        "eur": "f'EUR {n}'", "dollar": "f'{n}$'"}),
+    ("tag", "wording", "tag", "word", "returns the word marked as a tag.", "The tests fix the exact format.", _WORDS,
+     "word", {"at": "f'@{word}'", "angle": "f'<{word}>'", "star": "f'*{word}*'", "under": "f'_{word}_'",
+              "colon": "f'{word}:'", "paren": "f'({word})'"}),
+    ("coords", "wording", "coords", "x, y", "returns the point x, y as text.", "The tests fix the exact format.", _PAIRS,
+     "f'{x} {y}'", {"square": "f'[{x}, {y}]'", "times": "f'{x}x{y}'", "angle": "f'<{x},{y}>'", "slash": "f'{x}/{y}'",
+                    "named": "f'x={x} y={y}'", "semi": "f'({x};{y})'"}),
+    ("join-with", "separator", "join_with", "words", "returns the words of the list joined into one string.",
+     "The tests fix the separator.", _LISTS, "' '.join(words)",
+     {"under": "'_'.join(words)", "comma": "', '.join(words)", "bar": "' | '.join(words)", "plus": "'+'.join(words)",
+      "slash": "'/'.join(words)", "semi": "';'.join(words)"}),
+    ("list-numbers", "separator", "list_numbers", "nums", "returns the integers of nums as one string.",
+     "The tests fix the separator.", _NUMS, "' '.join(map(str, nums))",
+     {"semi": "';'.join(map(str, nums))", "dash": "'-'.join(map(str, nums))", "plus": "' + '.join(map(str, nums))",
+      "bar": "'|'.join(map(str, nums))", "comma": "', '.join(map(str, nums))", "colon": "':'.join(map(str, nums))"}),
+    ("letters", "separator", "letters", "s", "returns the letters of the word s spread out.",
+     "The tests fix what goes between the letters.", [["abc"], ["hi"], ["code"], ["x"], ["ok"], ["python"], ["ab"], ["zzz"]],
+     "s", {"dash": "'-'.join(s)", "dot": "'.'.join(s)", "star": "'*'.join(s)", "comma": "', '.join(s)",
+           "under": "'_'.join(s)", "bar": "'|'.join(s)"}),
+    ("recase", "case", "recase", "s", "returns the text s in a fixed letter case.", "The tests fix the letter case.",
+     _TEXTS, "s", {"upper": "s.upper()", "lower": "s.lower()", "title": "s.title()", "swap": "s.swapcase()",
+                   "first": "s.capitalize()"}),
+    ("even-answer", "answer", "even_answer", "n", "tells whether the integer n is even.",
+     "The tests fix how the answer is written.", [[4], [7], [0], [3], [10], [-2], [11], [8]], "n % 2 == 0",
+     {"yes": "'Yes' if n % 2 == 0 else 'No'", "even": "'even' if n % 2 == 0 else 'odd'",
+      "y": "'Y' if n % 2 == 0 else 'N'", "true": "'true' if n % 2 == 0 else 'false'",
+      "caps": "'EVEN' if n % 2 == 0 else 'ODD'", "one": "'1' if n % 2 == 0 else '0'"}),
+    ("sign-text", "answer", "sign_text", "n", "tells the sign of the integer n.", "The tests fix how the answer is written.",
+     _SIGNED, "(n > 0) - (n < 0)",
+     {"symbol": "'+' if n > 0 else '-' if n < 0 else '0'", "short": "'pos' if n > 0 else 'neg' if n < 0 else 'zero'",
+      "caps": "'POSITIVE' if n > 0 else 'NEGATIVE' if n < 0 else 'ZERO'",
+      "plus": "'plus' if n > 0 else 'minus' if n < 0 else 'none'", "rel": "'>0' if n > 0 else '<0' if n < 0 else '=0'"}),
+    ("order", "answer", "order", "a, b", "tells how the integers a and b compare.", "The tests fix how the answer is written.",
+     _COMPARED, "a - b",
+     {"words": "'less' if a < b else 'greater' if a > b else 'equal'", "codes": "'LT' if a < b else 'GT' if a > b else 'EQ'",
+      "size": "'smaller' if a < b else 'bigger' if a > b else 'same'", "ops": "'<' if a < b else '>' if a > b else '=='",
+      "terms": "'a<b' if a < b else 'a>b' if a > b else 'a=b'"}),
+    ("index-of", "counting", "index_of", "nums, x", "returns the position of x in the list nums (x occurs once).",
+     "The tests fix how positions are counted.",
+     [[[4, 5, 6], 5], [[7, 8], 7], [[1, 2, 3, 4], 4], [[9], 9], [[3, 1, 2], 2], [[5, 6, 7, 8], 8], [[0, 1], 1], [[2, 4, 6], 6]],
+     "nums.index(x)", {"from-end": "len(nums) - nums.index(x)", "negative": "nums.index(x) - len(nums)"}),
+    ("halve", "rounding", "halve", "n", "returns half of the integer n.", "The tests fix how odd numbers are rounded.",
+     [[7], [10], [3], [9], [4], [1], [15], [100]], "n / 2", {"up": "(n + 1) // 2"}),
+]
+REVEALED += [_detail(f"{template}-{variant}", kind, name, args, task, detail, f"    return {answer}\n", inputs)
+             for template, kind, name, args, task, detail, inputs, _, answers in VARIANT_TEMPLATES
+             for variant, answer in answers.items()]
 DETAIL_KIND = {f"demo/{entry[0]}": kind for entry, kind in REVEALED}
 
 # A plausible first attempt at each REVEALED problem that guesses the open detail wrong: it fails the first public
@@ -575,6 +650,8 @@ GUESSES = {
     "tenths": "return round(x, 2)", "even-word": "return n % 2 == 0", "compare-symbol": "return a - b",
     "sign-word": "return (n > 0) - (n < 0)", "vowel-check": "return c in 'aeiou'",
 }
+GUESSES.update({f"{template}-{variant}": f"return {guess}" for template, _, _, _, _, _, _, guess, answers in VARIANT_TEMPLATES
+                for variant in answers})
 
 # Typical first attempts: pass the public tests, fail a hidden one.
 WRONG = {
