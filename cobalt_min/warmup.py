@@ -8,19 +8,21 @@ the first feedback turns); SmolLM2-135M-Instruct never does (bench/RESULTS.md, "
 short supervised warm-up on repairs gives the demo the paper's starting point: a model that repairs
 sometimes. What COBALT then adds is measured against this warm-up model, not against the base model.
 
-A demonstration, from a TRAINING problem only (never a held-out one):
+A demonstration, from a warm-up problem (never a problem COBALT trains on or is evaluated on):
 
     [system, user: the problem, assistant: a failing first attempt, user: its real feedback, assistant: TARGET]
 
-Failing attempts: the model's own first attempts (turn 0 of the conversations in an evaluate.py or collect.py
-run on the training problems: the model's distribution, not ours) that fail a public test, plus a
-hand-written wrong guess where the problem set has one (the demo's make_demo.GUESSES). The feedback is the
-project's own message from the sandbox's verdict (prompts.feedback_message), as in every conversation. The
-target is the problem's reference solution in one code block (--target code), or after one sentence that
-quotes the output the failing test expected (--target quote). The loss is on the target only.
+Warm-up problems: random variants of the repair family's templates (make_demo.warmup_problems: the same
+statements, the open detail drawn at random, none equal to a problem of the family), so that the model learns
+to take the detail from the feedback, not to remember answers. Failing attempts: a wrong first guess
+(make_demo.guess_of), and optionally the model's own first attempts (turn 0 of the conversations of an
+evaluate.py or collect.py run on these problems: the model's distribution, not ours) that fail a public test.
+The feedback is the project's own message from the sandbox's verdict (prompts.feedback_message), as in every
+conversation. The target is the problem's reference solution in one code block (--target code), or after one
+sentence that quotes the output the failing test expected (--target quote). The loss is on the target only.
 
-    python -m cobalt_min.warmup --problems runs/train_problems.jsonl --attempts runs/attempts \
-        --out runs/demonstrations.jsonl
+    python -m cobalt_min.data.make_demo --warmup-problems 300 --out runs/warmup_problems.jsonl
+    python -m cobalt_min.warmup --problems runs/warmup_problems.jsonl --target quote --out runs/demonstrations.jsonl
     python train.py --method sft --model smollm2 --demonstrations runs/demonstrations.jsonl --out runs/warmup
 """
 
@@ -78,11 +80,10 @@ def own_attempts(records: list, problem_id: str) -> list[tuple[str, str]]:
     return out
 
 
-def guess_attempts(problems: list, guesses: dict, grader=None) -> dict:
-    """{problem id: [(response, feedback)]} for the hand-written wrong guesses (the body of the starter's
-    function: make_demo.GUESSES), each run on the public tests for its real feedback."""
-    jobs = [(p, f"{p.starter_code}    {guesses[p.id.removeprefix('demo/')]}\n") for p in problems
-            if p.id.removeprefix("demo/") in guesses]
+def guess_attempts(problems: list, guess_of, grader=None) -> dict:
+    """{problem id: [(response, feedback)]} for the hand-written wrong guesses (guess_of(problem id): the body
+    of the starter's function, or None; make_demo.guess_of), each run on the public tests for its real feedback."""
+    jobs = [(p, f"{p.starter_code}    {guess_of(p.id)}\n") for p in problems if guess_of(p.id)]
     results = run_batch([(program, p.public_tests) for p, program in jobs], grader=grader, progress=False)
     out = collections.defaultdict(list)
     for (p, program), verdicts in zip(jobs, results):
@@ -92,12 +93,12 @@ def guess_attempts(problems: list, guesses: dict, grader=None) -> dict:
     return out
 
 
-def repair_demonstrations(problems: list, records: list, guesses: dict, *, style: str = "code",
+def repair_demonstrations(problems: list, records: list, guess_of, *, style: str = "code",
                           per_problem: int = 4, seed: int = 0) -> list[dict]:
     """The demonstrations of every problem with a reference solution: up to `per_problem` failing attempts
     (its hand-written guess first, then the model's own, at random), each followed by its feedback and the
     target (target_text)."""
-    hand = guess_attempts(problems, guesses)
+    hand = guess_attempts(problems, guess_of)
     rng = random.Random(seed)
     demos = []
     for p in problems:
@@ -117,7 +118,7 @@ def repair_demonstrations(problems: list, records: list, guesses: dict, *, style
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=cli.HelpFormatter)
-    cli.problem_flags(ap, required=True, what="the TRAINING problems (each with a reference solution)")
+    cli.problem_flags(ap, required=True, what="the warm-up problems (each with a reference solution)")
     ap.add_argument("--attempts", default=None,
                     help="an evaluate.py or collect.py run on these problems: its first attempts that fail")
     ap.add_argument("--no-guesses", action="store_true", help="leave out the hand-written wrong guesses")
@@ -135,12 +136,9 @@ def main(argv=None):
         if not path.exists():
             raise SystemExit(f"error: {args.attempts} holds no trajectories.jsonl or raw.jsonl")
         records = read_jsonl(path)
-    if args.no_guesses:
-        guesses = {}
-    else:
-        from cobalt_min.data.make_demo import GUESSES as guesses
-    demos = repair_demonstrations(problems, records, guesses, style=args.target, per_problem=args.per_problem,
-                                  seed=args.seed)
+    from cobalt_min.data.make_demo import guess_of
+    demos = repair_demonstrations(problems, records, (lambda pid: None) if args.no_guesses else guess_of,
+                                  style=args.target, per_problem=args.per_problem, seed=args.seed)
     if not demos:
         raise SystemExit("error: no demonstration: no failing attempt with feedback (pass --attempts, or problems "
                          "with hand-written guesses) or no reference solution")

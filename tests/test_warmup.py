@@ -41,7 +41,7 @@ def test_demonstrations_from_failing_first_attempts_with_their_real_feedback():
         {"turns": [{**turn(wrong + "  # other", None, "x"), "infra_error": "runner died"}]}]}  # no verdict
     assert warmup.own_attempts([record], p.id) == [(CODE.format(wrong), shown)]
     guess = "return 'Hello ' + name"  # make_demo.GUESSES["greeting"]
-    demos = warmup.repair_demonstrations([p], [record], {"greeting": guess}, style="code")
+    demos = warmup.repair_demonstrations([p], [record], {"demo/greeting": guess}.get, style="code")
     assert sorted(d["attempt"] for d in demos) == ["guess", "own"]
     by = {d["attempt"]: d["messages"] for d in demos}
     assert by["own"][:2] == first_turn_messages(p.question, p.starter_code, p.fn_name)
@@ -50,10 +50,10 @@ def test_demonstrations_from_failing_first_attempts_with_their_real_feedback():
     # the hand-written guess is run for its real feedback: the expected output it shows
     assert by["guess"][2]["content"] == f"```python\n{p.starter_code}    {guess}\n```"
     assert "Your output:\n\"Hello Ann\"\nExpected output:\nHello, Ann!" in by["guess"][3]["content"]
-    quoted = warmup.repair_demonstrations([p], [record], {}, style="quote")
+    quoted = warmup.repair_demonstrations([p], [record], {}.get, style="quote")
     assert [d["messages"][-1]["content"].splitlines()[0] for d in quoted] == \
         ["The test expected Hello, Ann!, so the program must return exactly that."]
-    assert warmup.repair_demonstrations([p], [record], {}, per_problem=1, style="code")[0]["attempt"] == "own"
+    assert warmup.repair_demonstrations([p], [record], {}.get, per_problem=1, style="code")[0]["attempt"] == "own"
 
 
 def test_the_command_writes_demonstrations_of_the_training_problems_only(tmp_path):
@@ -130,3 +130,21 @@ def test_sft_refusals(tiny_model_dir, tmp_path):
     bad = subprocess.run(base + ["--method", "sft", "--demonstrations", str(tmp_path / "bad.jsonl"), "--out",
                                  str(tmp_path / "c")], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and "bad.jsonl line 1 does not end with an assistant message" in bad.stderr
+
+
+def test_warm_up_problems_are_random_variants_none_equal_to_a_problem_of_the_family():
+    from cobalt_min.data import make_demo
+    from cobalt_min.sandbox import run_batch
+    drawn = make_demo.warmup_problems(24, seed=3)
+    assert len(drawn) == 24 and drawn == make_demo.warmup_problems(24, seed=3)  # seeded
+    family = [p for p in load_problems("demo", verbose=False) if p.difficulty == "repair function"]
+    taken = {(p.fn_name, json.dumps(p.public_tests["outputs"][0])) for p in family}
+    mine = [(p.fn_name, json.dumps(p.public_tests["outputs"][0])) for p in drawn]
+    assert not set(mine) & taken and len(set(mine)) == len(mine)  # none of the family's, no two alike
+    assert len({p.id.rsplit("-", 1)[0] for p in drawn}) >= 5  # several templates
+    # each reference solution passes its tests; its template's wrong guess fails the first public test, showing it
+    solved = run_batch([(p.solutions[0], p.all_tests()) for p in drawn])
+    assert all(r.passed for results in solved for r in results)
+    guesses = run_batch([(f"{p.starter_code}    {make_demo.guess_of(p.id)}\n", p.public_tests) for p in drawn])
+    assert all(results[0].status == "wrong_answer" for results in guesses)
+    assert make_demo.guess_of("demo/greeting") == make_demo.GUESSES["greeting"] and make_demo.guess_of("demo/x") is None

@@ -4,6 +4,7 @@ are produced by running the reference solution in the sandbox. The first 4 tests
 to the model as feedback), the rest hidden.
 
     python -m cobalt_min.data.make_demo            # rewrite demo.jsonl
+    python -m cobalt_min.data.make_demo --warmup-problems 300 --seed 0 --out warmup_problems.jsonl
 
 PROBLEMS: about a third very easy, the rest easy-to-medium with a trap in the hidden tests (edge
 cases, inputs too large for a quadratic first attempt), so that feedback over several turns matters.
@@ -670,6 +671,89 @@ WRONG = {
 }
 
 
+# ----------------------------------------------------------------------------- warm-up problems (make demo-repair)
+# Random variants of the VARIANT_TEMPLATES for the repair warm-up's demonstrations (cobalt_min/warmup.py): the same
+# statements, with the open detail drawn at random (the words and signs around a value, a separator, the words of an
+# answer), so that a model fine-tuned on them learns to take the detail from the feedback rather than to remember
+# answers. A draw whose first expected output is that of a bundled problem of the same function is drawn again, so
+# the warm-up sees none of the family's training, validation or held-out problems.
+_OPENERS = ["Hi", "Hello", "Hey", "Dear", "Yo", "Welcome", "Bye", "Total", "Item", "Price", "Tag", "No", "Ciao", "Sir",
+            "Mr", "Ms", "Team", "Go", "Dr", "Prof", "User", "Player", "Count", "Sum", "Value", "Got", "Have", "Need"]
+_SIGNS = [", ", " ", ": ", "-", "#", "@", "(", "<", "[", "*", "_", "~", "=", " - ", "> ", "$"]
+_CLOSERS = ["!", ".", "", "?", ")", ">", "]", "*", " items", " left", " USD", "!!", ";", " pts", " kg", "%", "...", " :)"]
+_SEPARATORS = [",", ";", "-", "_", "|", "/", "+", ":", ", ", " | ", " - ", "::", "~", ".", " / ", " + ", "#", "*"]
+_ANSWERS = ["yes", "no", "Yes", "No", "Y", "N", "even", "odd", "true", "false", "ok", "nope", "T", "F", "up", "down",
+            "pos", "neg", "zero", "plus", "minus", "none", "less", "more", "same", "LT", "GT", "EQ", "lo", "hi", "eq",
+            "small", "big", "low", "high", "A", "B", "C", "on", "off"]
+_CASES = ["s.upper()", "s.lower()", "s.title()", "s.swapcase()", "s.capitalize()"]
+
+
+def _random_answer(template: str, rng: random.Random) -> str | None:
+    """The answer's expression of a random variant of `template` (None: this draw has no open detail)."""
+    if template in ("hello", "bye", "tag", "count-text", "money"):
+        arg = {"hello": "name", "bye": "name", "tag": "word", "count-text": "n", "money": "n"}[template]
+        k = rng.random()
+        opener = rng.choice(_OPENERS) + rng.choice(_SIGNS) if k < 0.6 else rng.choice(_SIGNS).strip() if k < 0.8 else ""
+        closer = rng.choice(_CLOSERS)
+        return "f" + repr(opener + "{" + arg + "}" + closer) if opener or closer else None
+    if template == "coords":
+        return "f" + repr(rng.choice(["", "(", "[", "<", "{{", "P"]) + "{x}" + rng.choice(_SEPARATORS) + "{y}"
+                          + rng.choice(["", ")", "]", ">", "}}", "!"]))
+    if template in ("join-with", "letters", "list-numbers"):
+        items = {"join-with": "words", "letters": "s", "list-numbers": "map(str, nums)"}[template]
+        return f"{rng.choice(_SEPARATORS)!r}.join({items})"
+    if template == "recase":
+        return rng.choice(_CASES)
+    words = rng.sample(_ANSWERS, 3)
+    if template == "even-answer":
+        return f"{words[0]!r} if n % 2 == 0 else {words[1]!r}"
+    if template == "sign-text":
+        return f"{words[0]!r} if n > 0 else {words[1]!r} if n < 0 else {words[2]!r}"
+    if template == "order":
+        return f"{words[0]!r} if a < b else {words[1]!r} if a > b else {words[2]!r}"
+    return None  # (index-of, halve: too few ways to count or round to draw from)
+
+
+def warmup_problems(count: int, seed: int = 0) -> list:
+    """`count` random variants of the VARIANT_TEMPLATES (ids warmup/TEMPLATE-K), each with its reference solution
+    and 8 tests (4 public), none equal to a bundled problem; their wrong first guesses: guess_of(id)."""
+    from cobalt_min.problems import Problem, split_tests
+    from cobalt_min.sandbox import Limits, Sandbox
+    rng = random.Random(seed)
+    first_outputs = {}  # function: the first expected outputs of the bundled family's problems (then of those drawn)
+    templates = {t[0]: t for t in VARIANT_TEMPLATES}
+    out = []
+    with Sandbox(Limits(timeout_s=10, total_timeout_s=300)) as sb:
+        for (pid, _, _, solution, inputs, name, _), _ in REVEALED:
+            first_outputs.setdefault(name, set()).add(repr(sb.outputs(solution, inputs[:1], name)[0]))
+        while len(out) < count:
+            template, _, name, args, task, detail, inputs, guess, _ = templates[rng.choice(sorted(templates))]
+            answer = _random_answer(template, rng)
+            if answer is None:
+                continue
+            solution = f"def {name}({args}):\n    return {answer}\n"
+            outputs = sb.outputs(solution, inputs, name)
+            guessed = sb.outputs(f"def {name}({args}):\n    return {guess}\n", inputs[:1], name)[0]
+            if repr(outputs[0]) in first_outputs[name] or guessed == outputs[0] or len({repr(o) for o in outputs}) < 2:
+                continue  # a bundled problem's answer, a right guess, or nothing to tell the inputs apart
+            first_outputs[name].add(repr(outputs[0]))  # (and no two warm-up problems alike)
+            public, hidden = split_tests({"inputs": inputs, "outputs": outputs, "fn_name": name}, 4)
+            statement = f"{template.replace('-', ' ').title()}\n\nWrite a function {name}({args}) that {task} {detail}"
+            out.append(Problem(id=f"warmup/{template}-{len(out) + 1}", question=statement, public_tests=public,
+                               hidden_tests=hidden, starter_code=f"def {name}({args}):\n", fn_name=name,
+                               difficulty="repair warm-up", source="cobalt-min demo", solutions=[solution]))
+    return out
+
+
+def guess_of(problem_id: str) -> str | None:
+    """The body of a wrong first guess of a repair problem (demo/ID: GUESSES; warmup/TEMPLATE-K: the template's),
+    or None."""
+    if problem_id.startswith("warmup/"):
+        template = problem_id.removeprefix("warmup/").rsplit("-", 1)[0]
+        return next((f"return {t[7]}" for t in VARIANT_TEMPLATES if t[0] == template), None)
+    return GUESSES.get(problem_id.removeprefix("demo/"))
+
+
 def build(path: Path = OUT) -> list:
     """Run every reference solution on its inputs (in the sandbox) and write the problem set."""
     from cobalt_min.problems import Problem, save_problems, split_tests
@@ -695,5 +779,20 @@ def reference_outputs(solution: str, inputs: list, fn_name: str | None) -> list:
 
 
 if __name__ == "__main__":
-    probs = build()
-    print(f"wrote {len(probs)} problems to {OUT}")
+    import argparse
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--warmup-problems", type=int, default=None, metavar="N",
+                    help="instead: write N random warm-up problems (warmup_problems) to --out")
+    ap.add_argument("--seed", type=int, default=0, help="the warm-up problems' draw")
+    ap.add_argument("--out", default=None, help="where the warm-up problems go (JSONL)")
+    args = ap.parse_args()
+    if args.warmup_problems is None:
+        probs = build()
+        print(f"wrote {len(probs)} problems to {OUT}")
+    elif not args.out or args.warmup_problems < 1:
+        raise SystemExit("error: --warmup-problems N needs N >= 1 and --out FILE")
+    else:
+        from cobalt_min.problems import save_problems
+        probs = warmup_problems(args.warmup_problems, args.seed)
+        save_problems(probs, args.out)
+        print(f"wrote {len(probs)} warm-up problems to {args.out}")
