@@ -97,6 +97,7 @@ def plot(result: dict, path) -> bool:
     names = [n for n in result["methods"] if "training" in result["methods"][n]]
     bx.bar(names, [result["methods"][n]["training"]["s_per_program"] for n in names],
            color=[f"C{k + 1}" for k in range(len(names))])
+    bx.tick_params(axis="x", labelrotation=20, labelsize=8)
     bx.set_ylabel("seconds per program trained on")
     bx.set_title("training cost")
     fig.tight_layout()

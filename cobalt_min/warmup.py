@@ -1,5 +1,5 @@
-"""The repair warm-up of the self-repair demo (make demo-repair; not in the paper: docs/departures.md):
-demonstrations of a failing program repaired after its feedback, for supervised fine-tuning before COBALT
+"""The repair warm-up of the self-repair demo, make demo-repair (not in the paper, see docs/departures.md).
+Demonstrations of a failing program repaired after its feedback, for supervised fine-tuning before COBALT
 (train.py --method sft --demonstrations FILE).
 
 Why: GRPO reinforces what the policy already does now and then; it cannot create a behaviour whose
