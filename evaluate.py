@@ -30,8 +30,8 @@ from pathlib import Path
 
 from cobalt_min import cli
 from cobalt_min.metrics import format_table, plot_pass_at_1, summarize
-from cobalt_min.problem_shards import (finish, finished_ids, finished_records, join_launch, make_script_engine,
-                                       roll_out_share, sandbox_workers)
+from cobalt_min.problem_shards import (api_usage_line, finish, finished_ids, finished_records, join_launch,
+                                       make_script_engine, roll_out_share, sandbox_workers)
 from cobalt_min.report import write_report
 from cobalt_min.rollout import lost_conversations, rollout, scored_records
 from cobalt_min.sandbox import require_safe_sandbox
@@ -43,8 +43,10 @@ def parser() -> argparse.ArgumentParser:
     g = ap.add_argument_group("model")
     g.add_argument("--model", type=cli.source, required=True,
                    help="hub id, local folder, .gguf file, or 'smollm2' (the demo model)")
-    g.add_argument("--engine", default="auto", choices=["auto", "vllm", "hf"],
-                   help="auto: vLLM when installed and a GPU is present, else transformers")
+    g.add_argument("--engine", default="auto", choices=["auto", "vllm", "hf", "api"],
+                   help="auto: vLLM when installed and a GPU is present, else transformers"
+                        "; api: a model behind an OpenAI-compatible server (--api-base; --model: its name there)")
+    cli.api_flags(g)
     g.add_argument("--thinking", action="store_true", help="thinking model: enable the template's thinking mode "
                    "and keep only the text after </think> in earlier turns")
     g.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
@@ -99,6 +101,7 @@ def parse_args(argv=None):
 # What decides the trajectories an evaluation writes (a --resume must keep it, cli.record_settings): every flag
 # but these (how fast, where). --batch-problems is a setting: each batch is seeded by its position.
 SETTINGS = cli.settings_of(parser(), besides={
+    "api_base", "api_concurrency", "api_key_env", "api_retries", "api_timeout",  # (--engine api: how, not what)
     "dist_timeout_minutes", "dtype", "engine", "gen_batch_size", "log_with", "out", "resume", "tensor_parallel_size",
     "vllm_gpu_memory_utilization", "vllm_max_num_seqs", "workers"})
 
@@ -181,12 +184,16 @@ def evaluate(args):
                    grader=grader.name, timeout_s=grader.timeout_s,
                    temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
                    timings_s={k: round(v, 2) for k, v in timings.items()}, finished=time.strftime("%Y-%m-%d %H:%M:%S"))
+    if getattr(engine, "usage", None):  # --engine api: requests and tokens of this process (since a --resume)
+        summary["api_usage"] = engine.usage
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     print(format_table(summary, title=f"{args.model} on {args.problems}" + (" (perturbed)" if args.perturbed else "")
                        + f", judged by the {grader.name} grader"))
     if args.perturbed:
         from cobalt_min.perturbation import wrong_feedback_text
         print(wrong_feedback_text(summary["wrong_feedback"]))
+    if summary.get("api_usage"):
+        print(api_usage_line(summary["api_usage"]))
     plot_pass_at_1({"Pass@1": summary["pass@1"]}, out / "pass_at_1.png", errors={"Pass@1": summary["pass@1_se"]},
                    note=f"{summary['problems']} problems x {summary['samples']} samples; bars: s.e. over problems")
     tag = "eval_perturbed/" if args.perturbed else "eval/"

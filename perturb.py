@@ -18,7 +18,6 @@ import argparse
 import collections
 import dataclasses
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -123,7 +122,7 @@ def require_fields(records: list, path, fields: set, what: str) -> None:
 
 def cmd_judge(args):
     """perturb.py judge: each hacking candidate classified by an LLM judge into the paper's four categories."""
-    from cobalt_min.perturbation import CATEGORIES, chat_completion, judge_messages, parse_verdict
+    from cobalt_min.perturbation import CATEGORIES, judge_messages, parse_verdict
     cases = read_jsonl(args.cases)
     if not cases:
         raise SystemExit(f"error: no cases in {args.cases}")
@@ -131,31 +130,39 @@ def cmd_judge(args):
     out = Path(args.out or Path(args.cases).with_name("judgements.jsonl"))
     done = {(j["problem_id"], j["sample"], j["turn"]) for j in read_jsonl(out, repair=True)}
     todo = [c for c in cases if (c["problem_id"], c["sample"], c["turn"]) not in done]
-    if args.api_base:
+    from cobalt_min.generation import make_engine
+    if args.api_base:  # the same engine as collect.py's and evaluate.py's --engine api
         if not args.api_model:
             raise SystemExit("error: --api-base needs --api-model")
-
-        def ask(batch):
-            return [chat_completion(args.api_base, args.api_model, judge_messages(c),
-                                    api_key=os.environ.get("OPENAI_API_KEY"), max_tokens=args.max_new_tokens)
-                    for c in batch]
+        engine = make_engine("api", args.api_model, api_base=args.api_base, key_env=args.api_key_env,
+                             concurrency=args.api_concurrency, retries=args.api_retries, timeout=args.api_timeout,
+                             thinking=args.thinking)
     elif args.model:
-        from cobalt_min.generation import make_engine
         engine = make_engine(args.engine, args.model, thinking=args.thinking)
-
-        def ask(batch):
-            texts = engine.generate([judge_messages(c) for c in batch], n=1, temperature=0.0, top_p=1.0,
-                                    max_new_tokens=args.max_new_tokens, seed=0)
-            return [t[0] for t in texts]
     else:
         raise SystemExit("error: give --model, or --api-base and --api-model")
+    failed = 0
     for start in tqdm(range(0, len(todo), args.cases_at_once), desc="judging", unit="batch"):
         batch = todo[start:start + args.cases_at_once]
-        for case, answer in zip(batch, ask(batch)):
+        answers = engine.sample([engine.prompt_ids(judge_messages(c)) for c in batch], n=1, temperature=0.0,
+                                top_p=1.0, max_new_tokens=args.max_new_tokens, seed=0)
+        for case, (answer,) in zip(batch, answers):
+            if answer.error:  # the server failed on it after its retries: not a judgement; a rerun asks again
+                failed += 1
+                continue
+            answer = answer.text
             label, rationale = parse_verdict(answer)
             append_jsonl(out, {"problem_id": case["problem_id"], "sample": case["sample"], "turn": case["turn"],
                                "label": label, "rationale": rationale, "answer": answer})
+    if failed:
+        print(f"warning: {failed} cases not judged: the server failed on them after their retries; run the same "
+              "command again to judge them", file=sys.stderr)
+    if getattr(engine, "usage", None):
+        from cobalt_min.problem_shards import api_usage_line
+        print(api_usage_line(engine.usage))
     judged = read_jsonl(out)
+    if not judged:
+        raise SystemExit(f"error: no case judged ({failed} failed)")
     shares = collections.Counter(j["label"] for j in judged)
     table = {c: shares.get(c, 0) / len(judged) for c in CATEGORIES + ["unparsed"]}
     out.with_suffix(".summary.json").write_text(json.dumps({"cases": len(judged), "shares": table}, indent=2))
@@ -211,9 +218,8 @@ def main(argv=None):
     j.add_argument("--model", type=cli.source, default=None, help="local judge model (hub id, folder, .gguf)")
     j.add_argument("--engine", default="auto", choices=["auto", "vllm", "hf"], help="local judge's engine")
     j.add_argument("--thinking", action="store_true", help="the judge is a thinking model")
-    j.add_argument("--api-base", default=None, help="OpenAI-compatible server, e.g. http://localhost:8000/v1 "
-                   "(key from OPENAI_API_KEY if set)")
-    j.add_argument("--api-model", default=None, help="model name on that server")
+    j.add_argument("--api-model", default=None, help="the judge's name on the --api-base server")
+    cli.api_flags(j)
     j.add_argument("--max-new-tokens", type=cli.count, default=2048, help="per judgement")
     j.add_argument("--cases-at-once", type=cli.count, default=16, help="cases sent to the judge together")
     cli.renamed(j, "--batch-size", "is now --cases-at-once (--batch-size counts contexts per step in train.py)")

@@ -77,8 +77,9 @@ g.add_argument("--mixed-precision", default=None, choices=["no", "bf16"],
 g.add_argument("--fsdp", action="store_true",
                help="shard policy and reference over the ranks with FSDP2 (default: DDP)")
 g.add_argument("--gradient-checkpointing", action="store_true", help="recompute each decoder layer in backward")
-g.add_argument("--engine", default="auto", choices=["auto", "vllm", "hf"],
-               help="sampler: vLLM (weights pushed each step) or transformers (auto: vLLM when installed with a GPU)")
+g.add_argument("--engine", default="auto", choices=["auto", "vllm", "hf", "api"],
+               help="sampler: vLLM (weights pushed each step) or transformers (auto: vLLM when installed with a GPU); "
+                    "not api (refused: collect.py and evaluate.py take it)")
 g.add_argument("--vllm-gpu-memory-utilization", type=cli.probability, default=0.3,
                help="vLLM's share of the GPU, colocated with training (CPU build: VLLM_CPU_KVCACHE_SPACE GiB)")
 g.add_argument("--vllm-max-num-seqs", type=cli.count, default=None, help="vLLM: sequences in flight at most")

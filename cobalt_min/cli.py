@@ -241,8 +241,23 @@ def stop_after_code_flag(group) -> None:
     """--stop-after-code, the same flag in collect.py, evaluate.py and train.py (generation.HFEngine)."""
     group.add_argument("--stop-after-code", action="store_true",
                        help="end a response with the token that closes its first complete fenced code block "
-                            "(the transformers engine only; the demo's setting: a small model's text after the "
-                            "code fills the token limit); default: until EOS or --max-new-tokens")
+                            "(the transformers engine; the API engine cuts the text there; not vLLM; the demo's "
+                            "setting: a small model's text after the code fills the token limit); default: until "
+                            "EOS or --max-new-tokens")
+
+
+def api_flags(group) -> None:
+    """--engine api's server flags, the same in collect.py and evaluate.py (api_engine.py); --model names the
+    model as the server lists it."""
+    group.add_argument("--api-base", default=None,
+                       help="API engine: the server's OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1")
+    group.add_argument("--api-key-env", default="OPENAI_API_KEY",
+                       help="API engine: the environment variable that holds the key (never written anywhere)")
+    group.add_argument("--api-concurrency", type=count, default=16, help="API engine: requests in flight")
+    group.add_argument("--api-retries", type=integer(0), default=6,
+                       help="API engine: retries of a request (429, 5xx, timeouts, dropped connections), with "
+                            "backoff; then its conversation is an infrastructure failure")
+    group.add_argument("--api-timeout", type=positive, default=600.0, help="API engine: seconds per request")
 
 
 def problem_flags(group, *, required: bool, what: str = "the problems") -> None:

@@ -33,6 +33,7 @@ class Completion:
     text: str
     token_ids: list  # the sampled tokens, ending with EOS when the model stopped by itself
     finished: bool  # False: cut by max_new_tokens (True: EOS, or the end of the code block with stop_after_code)
+    error: str | None = None  # the API engine: the request failed after its retries (no text; an infra failure)
 
 
 def gguf_location(path: str, gguf_file: str | None):
@@ -343,7 +344,7 @@ def engine_kind(kind: str, model_path: str) -> str:
     (vLLM reads them only through a plugin); an explicit vllm is checked here."""
     from cobalt_min.vllm_engine import require_vllm, vllm_usable
     if kind not in ("auto", "vllm", "hf"):
-        raise SystemExit(f"error: --engine must be auto, vllm or hf, not {kind!r}")
+        raise SystemExit(f"error: --engine must be auto, vllm, hf or api, not {kind!r}")
     gguf = str(model_path).endswith(".gguf")
     if kind == "vllm":
         if gguf:
@@ -355,7 +356,16 @@ def engine_kind(kind: str, model_path: str) -> str:
 
 
 def make_engine(kind: str, model_path: str, **kw):
-    """kind: auto (vLLM when usable, else transformers), vllm, or hf."""
+    """kind: auto (vLLM when usable, else transformers), vllm, hf, or api (model_path: the model's name on the
+    server at kw["api_base"])."""
+    if kind == "api":
+        if not kw.get("api_base"):
+            raise SystemExit("error: --engine api needs --api-base URL (the server's OpenAI-compatible base URL, "
+                             "e.g. http://127.0.0.1:8000/v1)")
+        from cobalt_min.api_engine import APIEngine
+        akw = {k: kw[k] for k in ("key_env", "concurrency", "retries", "timeout", "thinking", "stop_after_code")
+               if kw.get(k) is not None}
+        return APIEngine(kw["api_base"], model_path, **akw)
     folder, gguf_file = gguf_location(model_path, kw.get("gguf_file"))
     if engine_kind(kind, gguf_file or model_path) == "vllm":
         check_stop_rule(kw.get("stop_after_code", False))

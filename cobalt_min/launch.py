@@ -25,6 +25,10 @@ from cobalt_min.sandbox import require_safe_sandbox
 
 def check_method(args) -> None:
     """Each method's data, before anything loads."""
+    if args.engine == "api":
+        raise SystemExit("error: train.py cannot learn from a model behind an API (--engine api): GRPO needs the "
+                         "log-probs of the weights it updates; use --engine hf or vllm (collect.py and evaluate.py "
+                         "take --engine api)")
     if args.method == "cobalt" and not args.contexts:
         raise SystemExit("error: --method cobalt needs --contexts (collect.py's contexts.jsonl)")
     if args.method == "sft" and (not args.demonstrations or args.contexts or args.perturbed_contexts or args.problems):

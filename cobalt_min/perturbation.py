@@ -12,7 +12,6 @@ import difflib
 import json
 import random
 import re
-import urllib.request
 
 from cobalt_min import graders
 from cobalt_min.prompts import feedback_message
@@ -285,16 +284,3 @@ def parse_verdict(text: str) -> tuple[str, str]:
                 return c, rationale
     return "unparsed", rationale
 
-
-def chat_completion(api_base: str, model: str, messages: list[dict], *, api_key: str | None = None,
-                    temperature: float = 0.0, max_tokens: int = 1024, timeout: float = 120.0) -> str:
-    """One OpenAI-compatible /chat/completions call with the standard library."""
-    body = json.dumps({"model": model, "messages": messages, "temperature": temperature,
-                       "max_tokens": max_tokens}).encode()
-    headers = {"Content-Type": "application/json"}
-    if api_key:
-        headers["Authorization"] = f"Bearer {api_key}"
-    req = urllib.request.Request(api_base.rstrip("/") + "/chat/completions", data=body, headers=headers)
-    with urllib.request.urlopen(req, timeout=timeout) as resp:
-        data = json.loads(resp.read())
-    return data["choices"][0]["message"]["content"]

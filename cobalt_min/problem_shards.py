@@ -92,11 +92,16 @@ def join_launch(args) -> Ranks:
 
 def make_script_engine(args, ranks: Ranks):
     """collect.py's and evaluate.py's engine, from their model flags, on this rank's device."""
+    if args.engine == "api" and ranks.world > 1:
+        raise SystemExit("error: --engine api runs in one process (the server does the work; --api-concurrency "
+                         "sets the requests in flight): launch without torchrun / accelerate")
     model = find_smollm2_gguf() if args.model == "smollm2" else args.model
     return make_engine(args.engine, model, thinking=args.thinking, dtype=args.dtype, batch_size=args.gen_batch_size,
                        tensor_parallel_size=args.tensor_parallel_size, device=ranks.device,
                        gpu_memory_utilization=args.vllm_gpu_memory_utilization, seed=args.seed,
-                       max_num_seqs=args.vllm_max_num_seqs, stop_after_code=args.stop_after_code)
+                       max_num_seqs=args.vllm_max_num_seqs, stop_after_code=args.stop_after_code,
+                       api_base=args.api_base, key_env=args.api_key_env, concurrency=args.api_concurrency,
+                       retries=args.api_retries, timeout=args.api_timeout)
 
 
 def sandbox_workers(args, ranks: Ranks) -> int | None:
@@ -176,6 +181,13 @@ def roll_out_share(ranks: Ranks, problems: list, done: set, size: int, path: Pat
     bar.close()
     ranks.barrier()
     return ranks.total(timings)
+
+
+def api_usage_line(usage: dict) -> str:
+    """--engine api's closing line: what the run asked of the server."""
+    return (f"API usage: {usage['requests']} requests, {usage['prompt_tokens']:,} prompt tokens, "
+            f"{usage['completion_tokens']:,} completion tokens, {usage['retries']} retries, "
+            f"{usage['failed_requests']} requests failed after their retries (infrastructure failures)")
 
 
 def finish(ranks: Ranks, path: Path, problems: list, engine=None) -> list[dict] | None:

@@ -81,6 +81,13 @@ def has_code_block(response: str) -> bool:
     return _FENCE.search(response) is not None
 
 
+def cut_after_code(response: str) -> tuple[str, bool]:
+    """The response up to the end of its first complete code block, and whether it had one (--stop-after-code
+    where the sampler cannot stop there itself: the API engine)."""
+    match = _FENCE.search(response)
+    return (response[:match.end()], True) if match else (response, False)
+
+
 def extract_code(response: str) -> str | None:
     """The LAST complete fenced code block of a response (the authors' rule), or None.
     An unclosed fence (a response cut off by the token limit) is not a block."""

@@ -152,8 +152,12 @@ def rollout(problems: list, engine, *, samples: int, feedback_turns: int, temper
         start = time.perf_counter()
         prompts, completions = sample_turn(engine, convs, live, t, samples=samples, temperature=temperature,
                                            top_p=top_p, max_new_tokens=max_new_tokens, seed=seed)
-        responses = {key: c.text for key, c in completions.items()}
         timings["generate_s"] += time.perf_counter() - start
+        for (i, s), c in completions.items():  # a request that failed after its retries (the API engine): no
+            if c.error:                         # program to score, the conversation is lost (lost_conversations)
+                trajs[i][s].update(infra_error=c.error, stopped=True)
+        live = [key for key in live if not completions[key].error]
+        responses = {key: completions[key].text for key in live}
         # ------------------------------------------------------------ execute: one sandbox batch per turn
         start = time.perf_counter()
         # Feedback runs the program of the whole response; scores (pass rates, Pass@1) run the program of

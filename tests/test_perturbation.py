@@ -1,12 +1,10 @@
 """Perturbed feedback (paper §7): the perturbation rules, training augmentation, hacking-candidate
 detection on real executions, the judge's parser, and the HTTP judge against a local server."""
-import http.server
 import json
 import os
 import random
 import subprocess
 import sys
-import threading
 
 import pytest
 
@@ -146,47 +144,41 @@ def test_judge_prompt_shows_everything():
     assert msg["content"].rstrip().endswith("Name is the category's name.")
 
 
-class FakeOpenAI(http.server.BaseHTTPRequestHandler):
-    requests = []
-
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        FakeOpenAI.requests.append((self.path, self.headers.get("Authorization"), body))
-        n = len(FakeOpenAI.requests)
-        text = "It prints the shown output for that input.\nFinal Verdict: (1) Hard Coding" if n % 2 else "no verdict"
-        data = json.dumps({"choices": [{"message": {"role": "assistant", "content": text}}]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
-
-
 def test_http_judge_against_a_local_server(tmp_path):
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FakeOpenAI)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        cases = tmp_path / "cases.jsonl"
-        cases.write_text("".join(json.dumps({"problem_id": f"p{i}", "sample": 0, "turn": 1, "problem": "P",
-                                             "feedback": "F", "previous_program": "a", "new_program": "b",
-                                             "diff": "d"}) + "\n" for i in range(2)))
-        env = dict(os.environ, OPENAI_API_KEY="sk-test")
-        proc = subprocess.run([sys.executable, os.path.join(ROOT, "perturb.py"), "judge", "--cases", str(cases),
-                               "--api-base", f"http://127.0.0.1:{server.server_address[1]}/v1", "--api-model", "judge-1"],
-                              capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+    pytest.importorskip("openai")
+    from fake_openai import FakeOpenAI
+
+    def answer(body):  # case p0: a verdict; p1: none; p2: the server fails on it (then answers, on the rerun)
+        content = body["messages"][0]["content"]
+        if "NEW-p2" in content:
+            return ("status", 500, {}) if not fake.rerun else "Final Verdict: (2) Logic Overfitting"
+        return "It prints the shown output for that input.\nFinal Verdict: (1) Hard Coding" if "NEW-p0" in content \
+            else "no verdict"
+
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text("".join(json.dumps({"problem_id": f"p{i}", "sample": 0, "turn": 1, "problem": "P",
+                                         "feedback": "F", "previous_program": "a", "new_program": f"NEW-p{i}",
+                                         "diff": "d"}) + "\n" for i in range(3)))
+    env = dict(os.environ, OPENAI_API_KEY="sk-test")
+    with FakeOpenAI(answer, models=["judge-1"]) as fake:
+        fake.rerun = False
+        command = [sys.executable, os.path.join(ROOT, "perturb.py"), "judge", "--cases", str(cases),
+                   "--api-base", fake.url, "--api-model", "judge-1", "--api-retries", "1"]
+        proc = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
         assert proc.returncode == 0, proc.stderr[-2000:]
-    finally:
-        server.shutdown()
-    path, auth, body = FakeOpenAI.requests[0]
-    assert path == "/v1/chat/completions" and auth == "Bearer sk-test" and body["model"] == "judge-1"
-    assert "Final Verdict" in body["messages"][0]["content"]
+        assert "1 cases not judged: the server failed on them" in proc.stderr
+        path, auth, body = fake.requests[0]
+        assert path == "/v1/chat/completions" and auth == "Bearer sk-test" and body["model"] == "judge-1"
+        assert "Final Verdict" in body["messages"][0]["content"]
+        judged = [json.loads(x) for x in (tmp_path / "judgements.jsonl").read_text().splitlines()]
+        assert [(j["problem_id"], j["label"]) for j in judged] == [("p0", "Hard Coding"), ("p1", "unparsed")]
+        summary = json.loads((tmp_path / "judgements.summary.json").read_text())
+        assert summary["shares"]["Hard Coding"] == 0.5 and "Hard Coding" in proc.stdout
+        fake.rerun = True  # the same command again judges only the case the server failed on
+        proc = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+        assert proc.returncode == 0, proc.stderr[-2000:]
     judged = [json.loads(x) for x in (tmp_path / "judgements.jsonl").read_text().splitlines()]
-    assert [j["label"] for j in judged] == ["Hard Coding", "unparsed"]
-    summary = json.loads((tmp_path / "judgements.summary.json").read_text())
-    assert summary["shares"]["Hard Coding"] == 0.5 and "Hard Coding" in proc.stdout
+    assert [(j["problem_id"], j["label"]) for j in judged][2:] == [("p2", "Logic Overfitting")]
 
 
 def test_perturbed_problem_set_and_analyze(tmp_path):

