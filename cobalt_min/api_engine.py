@@ -29,7 +29,7 @@ import time
 
 from tqdm import tqdm
 
-from cobalt_min.generation import Completion, request_seeds
+from cobalt_min.generation import Completion, generate_texts, request_seeds
 from cobalt_min.prompts import cut_after_code
 
 RETRY_STATUS = {408, 409, 429} | set(range(500, 600))  # what a later request can fix; a 400 or 404 it cannot
@@ -77,28 +77,27 @@ class APIEngine:
         seeds = request_seeds(seed, len(prompts), n)
         jobs = [(i, j) for i in range(len(prompts)) for j in range(n)]
         out = [[None] * n for _ in prompts]
-        pool = concurrent.futures.ThreadPoolExecutor(self.concurrency)
-        try:
-            with tqdm(total=len(jobs), desc="requests", unit="req", disable=not self.progress, leave=False) as bar:
-                futures = {pool.submit(self.request, prompts[i], seed=seeds[i] + j, temperature=temperature,
-                                       top_p=top_p, max_tokens=max_new_tokens): (i, j) for i, j in jobs}
+        with concurrent.futures.ThreadPoolExecutor(self.concurrency) as pool, \
+                tqdm(total=len(jobs), desc="requests", unit="req", disable=not self.progress, leave=False) as bar:
+            futures = {pool.submit(self.request, prompts[i], seed=seeds[i] + j, temperature=temperature, top_p=top_p,
+                                   max_tokens=max_new_tokens): (i, j) for i, j in jobs}
+            try:
                 for future in concurrent.futures.as_completed(futures):
                     i, j = futures[future]
                     out[i][j] = future.result()
                     bar.update(1)
-        except ServerUnreachable as e:  # the call's work is lost; what the script appended before it is kept
-            pool.shutdown(wait=True, cancel_futures=True)
-            raise SystemExit(f"error: the server at {self.base_url} stopped answering ({e}): every finished block of "
-                             "problems is kept; when it is back, run the same command with --resume") from None
-        pool.shutdown()
+            except ServerUnreachable as e:  # the call's work is lost; what the script appended before it is kept
+                pool.shutdown(cancel_futures=True)
+                raise SystemExit(f"error: the server at {self.base_url} stopped answering ({e}): every finished "
+                                 "block of problems is kept; when it is back, run the same command with --resume") \
+                    from None
         return out
 
     def generate(self, conversations: list[list[dict]], *, n: int = 1, temperature: float = 1.0, top_p: float = 1.0,
                  max_new_tokens: int = 512, seed: int | None = None) -> list[list[str]]:
         """n completion texts per conversation (a failed request: an empty text)."""
-        done = self.sample(conversations, n=n, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
-                           seed=seed)
-        return [[c.text for c in cs] for cs in done]
+        return generate_texts(self, conversations, n=n, temperature=temperature, top_p=top_p,
+                              max_new_tokens=max_new_tokens, seed=seed)
 
     def request(self, messages: list[dict], *, seed: int, temperature: float, top_p: float,
                 max_tokens: int) -> Completion:
