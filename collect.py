@@ -29,13 +29,15 @@ import sys
 from pathlib import Path
 
 from cobalt_min import cli
-from cobalt_min.generation import find_smollm2_gguf, prompt_token_counter
+from cobalt_min.generation import BLOCK_SEED_STRIDE, model_location, prompt_token_counter
+from cobalt_min.graders import grader_flags, grader_of
 from cobalt_min.jsonl import read_jsonl, write_jsonl
 from cobalt_min.metrics import summarize
-from cobalt_min.problem_shards import (api_usage_line, finish, finished_ids, finished_records, join_launch,
-                                       make_script_engine, roll_out_share, sandbox_workers, shard_files, shard_folder)
+from cobalt_min.problem_shards import (api_usage_line, check_new_or_resumed, join_launch, roll_out_problems,
+                                       shard_files, shard_folder)
+from cobalt_min.problems import problem_flags, problems_of
 from cobalt_min.report import write_report
-from cobalt_min.rollout import lost_conversations, rollout, scored_records
+from cobalt_min.rollout import rollout, scored_records, set_apart_lost
 from cobalt_min.sandbox import require_safe_sandbox
 from cobalt_min.trajectories import PROMPT_BUDGET, build_contexts
 
@@ -62,7 +64,7 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--vllm-max-num-seqs", type=cli.count, default=None, help="vLLM: sequences in flight at most")
     cli.renamed(g, "--gpu-memory-utilization", "is now --vllm-gpu-memory-utilization (as in train.py)")
     g = ap.add_argument_group("problems")
-    cli.problem_flags(g, required=False, what="the problems to collect on")
+    problem_flags(g, required=False, what="the problems to collect on")
     g = ap.add_argument_group("collection (paper §4 defaults)")
     g.add_argument("--trajectories", type=cli.count, default=16, help="trajectories per problem")
     g.add_argument("--turns", type=cli.count, default=3,
@@ -72,7 +74,7 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--max-new-tokens", type=cli.count, default=8192, help="max response tokens")
     cli.stop_after_code_flag(g)
     g.add_argument("--seed", type=int, default=0, help="sampling seed")
-    cli.grader_flags(g)
+    grader_flags(g)
     g.add_argument("--workers", type=cli.count, default=None, help="sandbox workers (default: one per CPU)")
     g.add_argument("--batch-problems", type=cli.count, default=8, help="problems rolled out together")
     g = ap.add_argument_group("contexts (paper §4 defaults)")
@@ -121,58 +123,55 @@ def collect(args):
     programs per problem (raw.jsonl, appended per batch, resumable), then the trajectory filter, max-variance
     down-sampling and the cut into contexts (contexts.jsonl, stats.json, report.html)."""
     if os.environ.get("RANK", "0") == "0":
-        print("collect.py", " ".join(f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items()), file=sys.stderr)
+        print(cli.settings_line("collect.py", args), file=sys.stderr)
     cli.check_tracker(args.log_with)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     raw_path = out / "raw.jsonl"
-    model = find_smollm2_gguf() if args.model == "smollm2" else args.model
-
-    # ------------------------------------------------------------------ roll out the reference model
     ranks = join_launch(args)  # one process, or this rank's share of the problems (problem_shards.py)
-    if not args.process_only:
-        if not model or not args.problems:
-            raise SystemExit("error: --model and --problems are required (or use --process-only)")
-        require_safe_sandbox()
-        if ranks.main:
-            if finished_records(raw_path) and not args.resume:
-                raise SystemExit(f"error: {raw_path} (or its shards) exists: pass --resume to continue it, or "
-                                 "--process-only")
-            cli.record_settings(out, args, SETTINGS, args.resume)
-        problems = cli.problems_of(args)
-        done = finished_ids(ranks, raw_path)
-        if done and ranks.main:
-            print(f"resuming: {len(done)} problems already collected, {len(problems) - len(done)} to go",
-                  file=sys.stderr)
-        engine = None
-        if len(done) < len(problems):
-            engine = make_script_engine(args, ranks)
-            workers = sandbox_workers(args, ranks)
-
-            def roll_out_block(start, block):
-                trajs, seconds = rollout(block, engine, samples=args.trajectories, feedback_turns=args.turns - 1,
-                                         temperature=args.temperature, top_p=args.top_p,
-                                         max_new_tokens=args.max_new_tokens, seed=args.seed + 1000 * start,
-                                         thinking=args.thinking, grader=cli.grader_of(args), workers=workers)
-                return [lost_conversations({"problem_id": p.id, "tests": p.all_tests(), "samples": samples})
-                        for p, samples in zip(block, trajs)], seconds
-
-            roll_out_share(ranks, problems, done, args.batch_problems, raw_path, roll_out_block)
-        finish(ranks, raw_path, problems, engine)
+    usage = None
+    if not args.process_only:  # roll out the reference model
+        usage = collect_trajectories(args, ranks, raw_path)
     elif shard_files(raw_path):
         raise SystemExit(f"error: {shard_folder(raw_path)} holds unmerged shards of a killed run: finish it with "
                          "--resume (and its --problems) first")
-    ranks.close()  # (finish has left the process group already; --process-only leaves it here)
-    if not ranks.main:
-        return  # rank 0 cuts the contexts
+    ranks.close()  # (roll_out_problems has left the process group already; --process-only leaves it here)
+    if ranks.main:  # rank 0 cuts the contexts
+        write_contexts(args, out, raw_path, usage)
 
-    # ------------------------------------------------------------------ contexts
+
+def collect_trajectories(args, ranks, raw_path: Path) -> dict | None:
+    """The reference model's conversations on every problem, appended to raw.jsonl a block at a time. Returns the
+    API engine's usage (None with the other engines)."""
+    if not args.model or not args.problems:
+        raise SystemExit("error: --model and --problems are required (or use --process-only)")
+    require_safe_sandbox()
+    check_new_or_resumed(ranks, args, SETTINGS, raw_path, "or --process-only")
+    problems = problems_of(args)
+
+    def roll_out_block(engine, workers, start, block):
+        """The trajectories of a block of --batch-problems problems, seeded by its position."""
+        trajs, seconds = rollout(block, engine, samples=args.trajectories, feedback_turns=args.turns - 1,
+                                 temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
+                                 seed=args.seed + BLOCK_SEED_STRIDE * start, thinking=args.thinking,
+                                 grader=grader_of(args), workers=workers)
+        return [set_apart_lost({"problem_id": p.id, "tests": p.all_tests(), "samples": samples})
+                for p, samples in zip(block, trajs)], seconds
+
+    _, _, engine = roll_out_problems(args, ranks, problems, raw_path, roll_out_block)
+    return getattr(engine, "usage", None)
+
+
+def write_contexts(args, out: Path, raw_path: Path, usage: dict | None) -> None:
+    """§4 after the roll-outs: the trajectory filter, max-variance down-sampling and the cut into contexts
+    (contexts.jsonl), their counts (stats.json, printed, to the tracker) and report.html. Trajectories the
+    sandbox failed on (no verdict on a program: rollout.set_apart_lost) are left out and counted apart; a
+    problem left with none is left out."""
     records = read_jsonl(raw_path)
     if not records:
         raise SystemExit(f"error: no raw trajectories in {raw_path}")
-    # Trajectories the sandbox failed on (no verdict on a program: rollout.lost_conversations) are left out
-    # and counted apart; a problem left with none is left out.
     records, infra_errors = scored_records(records)
+    model = model_location(args.model) if args.model else None
     tok_path = args.tokenizer or (model if args.engine != "api" else None)  # (an API model's name is no tokenizer)
     count = prompt_token_counter(tok_path, args.thinking) if tok_path else None
     if count is None:
@@ -182,7 +181,6 @@ def collect(args):
     ctx_path = out / "contexts.jsonl"
     write_jsonl(ctx_path, contexts)
     stats.update(split=args.split, source=str(raw_path), infra_errors=infra_errors)
-    usage = getattr(engine, "usage", None) if not args.process_only else None  # --engine api: tokens, requests
     (out / "stats.json").write_text(json.dumps({**stats, **({"api_usage": usage} if usage else {})}, indent=2))
     if usage:
         print(api_usage_line(usage))

@@ -29,11 +29,13 @@ import time
 from pathlib import Path
 
 from cobalt_min import cli
+from cobalt_min.generation import BLOCK_SEED_STRIDE
+from cobalt_min.graders import grader_flags, grader_of
 from cobalt_min.metrics import format_table, plot_pass_at_1, summarize
-from cobalt_min.problem_shards import (api_usage_line, finish, finished_ids, finished_records, join_launch,
-                                       make_script_engine, roll_out_share, sandbox_workers)
+from cobalt_min.problem_shards import api_usage_line, check_new_or_resumed, join_launch, roll_out_problems
+from cobalt_min.problems import problem_flags, problems_of
 from cobalt_min.report import write_report
-from cobalt_min.rollout import lost_conversations, rollout, scored_records
+from cobalt_min.rollout import rollout, scored_records, set_apart_lost
 from cobalt_min.sandbox import require_safe_sandbox
 
 
@@ -60,7 +62,7 @@ def parser() -> argparse.ArgumentParser:
                    help="vLLM share of GPU memory")
     g.add_argument("--vllm-max-num-seqs", type=cli.count, default=None, help="vLLM: sequences in flight at most")
     g = ap.add_argument_group("problems")
-    cli.problem_flags(g, required=True, what="the problems to evaluate on")
+    problem_flags(g, required=True, what="the problems to evaluate on")
     cli.renamed(g, "--split", "is now --problem-split (collect.py's --split chooses training or validation contexts)")
     g = ap.add_argument_group("sampling (paper §6 defaults)")
     g.add_argument("--turns", type=cli.count, default=9,
@@ -75,7 +77,7 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--stop-on-public-pass", action="store_true",
                    help="stop a conversation once its program passes all public tests (the paper does not)")
     g = ap.add_argument_group("execution")
-    cli.grader_flags(g)
+    grader_flags(g)
     g.add_argument("--workers", type=cli.count, default=None, help="sandbox workers (default: one per CPU)")
     g = ap.add_argument_group("perturbed feedback (paper §7)")
     g.add_argument("--perturbed", action="store_true", help="show perturbed public tests: taken from the problem "
@@ -124,71 +126,74 @@ def evaluate(args):
     out = Path(args.out)
     traj_path = out / "trajectories.jsonl"
     if ranks.main:
-        print("evaluate.py", " ".join(f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items()), file=sys.stderr)
+        print(cli.settings_line("evaluate.py", args), file=sys.stderr)
         out.mkdir(parents=True, exist_ok=True)
-        if finished_records(traj_path) and not args.resume:
-            raise SystemExit(f"error: {traj_path} (or its shards) exists: pass --resume to continue it, or choose "
-                             "another --out")
-        cli.record_settings(out, args, SETTINGS, args.resume)
+    check_new_or_resumed(ranks, args, SETTINGS, traj_path, "or choose another --out")
+    problems, feedback_tests, perturbed_info = evaluation_problems(args, ranks.main)
 
-    # ------------------------------------------------------------------ problems
-    problems = cli.problems_of(args)
-    feedback_tests = {p.id: p.public_tests for p in problems}
-    perturbed_info = {}
-    if args.perturbed:
-        from cobalt_min.perturbation import perturbed_feedback_tests
-        problems, feedback_tests, perturbed_info, dropped = perturbed_feedback_tests(problems, args.perturb_seed)
-        if ranks.main:
-            print(f"perturbed public tests for {len(problems)} problems ({dropped} without 2 distinct outputs "
-                  "dropped)", file=sys.stderr)
-    done = finished_ids(ranks, traj_path)
-    if done and ranks.main:
-        print(f"resuming: {len(done)} problems already done, {len(problems) - len(done)} to go", file=sys.stderr)
-
-    # ------------------------------------------------------------------ roll out, a block of problems at a time
-    engine = make_script_engine(args, ranks) if len(done) < len(problems) else None
-    workers = sandbox_workers(args, ranks)
-
-    def roll_out_block(start, block):
+    def roll_out_block(engine, workers, start, block):
         """The conversations of a block of --batch-problems problems, seeded by its position."""
         trajs, seconds = rollout(block, engine, samples=args.samples, feedback_turns=args.turns - 1,
                                  temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
-                                 seed=args.seed + 1000 * start, thinking=args.thinking,
-                                 stop_on_public_pass=args.stop_on_public_pass, grader=cli.grader_of(args),
+                                 seed=args.seed + BLOCK_SEED_STRIDE * start, thinking=args.thinking,
+                                 stop_on_public_pass=args.stop_on_public_pass, grader=grader_of(args),
                                  workers=workers, feedback_tests=[feedback_tests[p.id] for p in block])
-        records = [lost_conversations({"problem_id": p.id, "samples": samples}) for p, samples in zip(block, trajs)]
+        records = [set_apart_lost({"problem_id": p.id, "samples": samples}) for p, samples in zip(block, trajs)]
         for record in records:
             if record["problem_id"] in perturbed_info:
                 record["perturbed"] = perturbed_info[record["problem_id"]]
         return records, seconds
 
-    timings = roll_out_share(ranks, problems, done, args.batch_problems, traj_path, roll_out_block)
-    records = finish(ranks, traj_path, problems, engine)
+    records, timings, engine = roll_out_problems(args, ranks, problems, traj_path, roll_out_block)
     if records is None:
         return  # ranks other than 0 are done: rank 0 summarizes
+    summary = summarize_run(args, records, len(problems), timings, getattr(engine, "usage", None), traj_path)
+    write_summary(args, out, summary, traj_path)
 
-    # ------------------------------------------------------------------ summary
-    # Conversations the sandbox failed on (no verdict on a program: rollout.lost_conversations) are left out
-    # of every number and counted apart; a problem left with none is left out of Pass@1.
+
+def evaluation_problems(args, main: bool) -> tuple[list, dict, dict]:
+    """(the problems, the public tests each one's feedback shows, what was perturbed): with --perturbed, two
+    expected outputs of each problem's public tests swapped (problems without two distinct outputs dropped)."""
+    problems = problems_of(args)
+    if not args.perturbed:
+        return problems, {p.id: p.public_tests for p in problems}, {}
+    from cobalt_min.perturbation import perturbed_feedback_tests
+    problems, feedback_tests, perturbed_info, dropped = perturbed_feedback_tests(problems, args.perturb_seed)
+    if main:
+        print(f"perturbed public tests for {len(problems)} problems ({dropped} without 2 distinct outputs dropped)",
+              file=sys.stderr)
+    return problems, feedback_tests, perturbed_info
+
+
+def summarize_run(args, records: list, n_problems: int, timings: dict, usage: dict | None, traj_path: Path) -> dict:
+    """summary.json's content: Pass@1 per turn and the repair metrics (metrics.summarize), under --perturbed the
+    wrong-feedback counts, and what the run was. Conversations the sandbox failed on (no verdict on a program:
+    rollout.set_apart_lost) are left out of every number and counted apart; a problem left with none is left
+    out of Pass@1."""
     records, infra_errors = scored_records(records)
     summary = summarize(records, args.turns)
     if args.perturbed:
         from cobalt_min.perturbation import wrong_feedback_per_turn
         summary["wrong_feedback"] = wrong_feedback_per_turn(records, args.turns)
-    summary.update(infra_errors=infra_errors, problems_without_verdict=len(problems) - len(records))
+    summary.update(infra_errors=infra_errors, problems_without_verdict=n_problems - len(records))
     if infra_errors:
         print(f"warning: {infra_errors} conversations left out of every number: the sandbox failed on one of their "
               f"programs (infra_errors; kept under infra_failed in {traj_path})", file=sys.stderr)
-    grader = cli.grader_of(args)
+    grader = grader_of(args)
     summary.update(model=args.model, problems_source=args.problems, perturbed=args.perturbed,
                    grader=grader.name, timeout_s=grader.timeout_s,
                    temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
                    timings_s={k: round(v, 2) for k, v in timings.items()}, finished=time.strftime("%Y-%m-%d %H:%M:%S"))
-    if getattr(engine, "usage", None):  # --engine api: requests and tokens of this process (since a --resume)
-        summary["api_usage"] = engine.usage
+    if usage:  # --engine api: requests and tokens of this process (since a --resume)
+        summary["api_usage"] = usage
+    return summary
+
+
+def write_summary(args, out: Path, summary: dict, traj_path: Path) -> None:
+    """summary.json, the table and lines printed, pass_at_1.png, the tracker's rows and report.html."""
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     print(format_table(summary, title=f"{args.model} on {args.problems}" + (" (perturbed)" if args.perturbed else "")
-                       + f", judged by the {grader.name} grader"))
+                       + f", judged by the {summary['grader']} grader"))
     if args.perturbed:
         from cobalt_min.perturbation import wrong_feedback_text
         print(wrong_feedback_text(summary["wrong_feedback"]))

@@ -24,6 +24,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from cobalt_min import cli
+from cobalt_min.graders import grader_flags, grader_of
 from cobalt_min.jsonl import append_jsonl, read_jsonl, write_jsonl
 from cobalt_min.report import run_kind, write_report
 
@@ -69,7 +70,7 @@ def cmd_augment(args):
         from cobalt_min.generation import prompt_token_counter
         count = prompt_token_counter(args.tokenizer, args.thinking)
     contexts, stats = perturbed_contexts(records, problems, seed=args.perturb_seed, fraction=args.fraction, m=args.m,
-                                         count_prompt_tokens=count, grader=cli.grader_of(args), workers=args.workers)
+                                         count_prompt_tokens=count, grader=grader_of(args), workers=args.workers)
     write_jsonl(args.out, contexts)
     print(f"{stats['problems']} problems perturbed ({stats['without_two_distinct_outputs']} without 2 distinct "
           f"outputs); {stats['contexts']} perturbed contexts (per turn: {dict(sorted(stats['contexts_per_turn'].items()))})")
@@ -130,7 +131,7 @@ def cmd_judge(args):
     out = Path(args.out or Path(args.cases).with_name("judgements.jsonl"))
     done = {(j["problem_id"], j["sample"], j["turn"]) for j in read_jsonl(out, repair=True)}
     todo = [c for c in cases if (c["problem_id"], c["sample"], c["turn"]) not in done]
-    from cobalt_min.generation import make_engine
+    from cobalt_min.engines import make_engine
     if args.api_base:  # the same engine as collect.py's and evaluate.py's --engine api
         if not args.api_model:
             raise SystemExit("error: --api-base needs --api-model")
@@ -178,58 +179,60 @@ def main(argv=None):
     """perturb.py's command line: one subcommand per step of the paper's §7."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=cli.HelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    t = sub.add_parser("tests", formatter_class=cli.HelpFormatter,
+    tests = sub.add_parser("tests", formatter_class=cli.HelpFormatter,
                        help="write a perturbed problem set (public tests perturbed, hidden kept)")
-    t.add_argument("--problems", type=cli.source, required=True, help="'demo', a file/folder, or a hub dataset id")
-    t.add_argument("--problem-split", default=None, help="split of the problem source")
-    cli.renamed(t, "--split", "is now --problem-split, as in evaluate.py and collect.py")
-    t.add_argument("--limit", type=cli.count, default=None, help="the first K problems only")
-    t.add_argument("--out", type=cli.output_file, required=True, help="output JSONL (our format, with feedback_tests)")
-    t.add_argument("--perturb-seed", type=int, default=0,
+    tests.add_argument("--problems", type=cli.source, required=True, help="'demo', a file/folder, or a hub dataset id")
+    tests.add_argument("--problem-split", default=None, help="split of the problem source")
+    cli.renamed(tests, "--split", "is now --problem-split, as in evaluate.py and collect.py")
+    tests.add_argument("--limit", type=cli.count, default=None, help="the first K problems only")
+    tests.add_argument("--out", type=cli.output_file, required=True,
+                       help="output JSONL (our format, with feedback_tests)")
+    tests.add_argument("--perturb-seed", type=int, default=0,
                    help="which tests are swapped (per problem; the same as evaluate.py --perturbed --perturb-seed)")
-    cli.renamed(t, "--seed", "is now --perturb-seed, as in evaluate.py")
-    a = sub.add_parser("augment", formatter_class=cli.HelpFormatter,
+    cli.renamed(tests, "--seed", "is now --perturb-seed, as in evaluate.py")
+    augment = sub.add_parser("augment", formatter_class=cli.HelpFormatter,
                        help="perturbed training contexts from collected trajectories")
-    a.add_argument("--trajectories", type=cli.source, required=True, help="raw.jsonl from collect.py")
-    a.add_argument("--problems", type=cli.source, required=True,
+    augment.add_argument("--trajectories", type=cli.source, required=True, help="raw.jsonl from collect.py")
+    augment.add_argument("--problems", type=cli.source, required=True,
                    help="the problem set the trajectories were collected on")
-    a.add_argument("--problem-split", default=None, help="split of the problem source")
-    cli.renamed(a, "--split", "is now --problem-split, as in evaluate.py and collect.py")
-    a.add_argument("--out", type=cli.output_file, required=True,
+    augment.add_argument("--problem-split", default=None, help="split of the problem source")
+    cli.renamed(augment, "--split", "is now --problem-split, as in evaluate.py and collect.py")
+    augment.add_argument("--out", type=cli.output_file, required=True,
                    help="output contexts JSONL for train.py --perturbed-contexts")
-    a.add_argument("--fraction", type=cli.probability, default=1.0, help="share of problems perturbed, in (0, 1]")
-    a.add_argument("--m", type=cli.count, default=4, help="trajectories kept per problem")
-    a.add_argument("--tokenizer", type=cli.source, default=None,
+    augment.add_argument("--fraction", type=cli.probability, default=1.0, help="share of problems perturbed, in (0, 1]")
+    augment.add_argument("--m", type=cli.count, default=4, help="trajectories kept per problem")
+    augment.add_argument("--tokenizer", type=cli.source, default=None,
                    help="policy tokenizer for the 10,000-token prompt budget")
-    a.add_argument("--thinking", action="store_true", help="a thinking model's trajectories (history after </think>)")
-    cli.grader_flags(a)
-    a.add_argument("--workers", type=cli.count, default=None, help="sandbox workers (default: one per CPU)")
-    a.add_argument("--perturb-seed", type=int, default=0,
+    augment.add_argument("--thinking", action="store_true",
+                         help="a thinking model's trajectories (history after </think>)")
+    grader_flags(augment)
+    augment.add_argument("--workers", type=cli.count, default=None, help="sandbox workers (default: one per CPU)")
+    augment.add_argument("--perturb-seed", type=int, default=0,
                    help="which tests are swapped, and which problems with --fraction below 1")
-    cli.renamed(a, "--seed", "is now --perturb-seed, as in evaluate.py")
-    z = sub.add_parser("analyze", formatter_class=cli.HelpFormatter,
+    cli.renamed(augment, "--seed", "is now --perturb-seed, as in evaluate.py")
+    analyze = sub.add_parser("analyze", formatter_class=cli.HelpFormatter,
                        help="hacking candidates of an evaluate.py --perturbed run")
-    z.add_argument("--run", required=True, help="the evaluate.py --out folder")
-    j = sub.add_parser("judge", formatter_class=cli.HelpFormatter,
+    analyze.add_argument("--run", required=True, help="the evaluate.py --out folder")
+    judge = sub.add_parser("judge", formatter_class=cli.HelpFormatter,
                        help="classify hacking candidates with an LLM judge")
-    j.add_argument("--cases", type=cli.source, required=True, help="hacking_candidates.jsonl from `analyze`")
-    j.add_argument("--out", type=cli.output_file, default=None,
+    judge.add_argument("--cases", type=cli.source, required=True, help="hacking_candidates.jsonl from `analyze`")
+    judge.add_argument("--out", type=cli.output_file, default=None,
                    help="judgements JSONL (default: judgements.jsonl beside --cases)")
-    j.add_argument("--model", type=cli.source, default=None, help="local judge model (hub id, folder, .gguf)")
-    j.add_argument("--engine", default="auto", choices=["auto", "vllm", "hf"], help="local judge's engine")
-    j.add_argument("--thinking", action="store_true", help="the judge is a thinking model")
-    j.add_argument("--api-model", default=None, help="the judge's name on the --api-base server")
-    cli.api_flags(j)
-    j.add_argument("--max-new-tokens", type=cli.count, default=2048, help="per judgement")
-    j.add_argument("--cases-at-once", type=cli.count, default=16, help="cases sent to the judge together")
-    cli.renamed(j, "--batch-size", "is now --cases-at-once (--batch-size counts contexts per step in train.py)")
+    judge.add_argument("--model", type=cli.source, default=None, help="local judge model (hub id, folder, .gguf)")
+    judge.add_argument("--engine", default="auto", choices=["auto", "vllm", "hf"], help="local judge's engine")
+    judge.add_argument("--thinking", action="store_true", help="the judge is a thinking model")
+    judge.add_argument("--api-model", default=None, help="the judge's name on the --api-base server")
+    cli.api_flags(judge)
+    judge.add_argument("--max-new-tokens", type=cli.count, default=2048, help="per judgement")
+    judge.add_argument("--cases-at-once", type=cli.count, default=16, help="cases sent to the judge together")
+    cli.renamed(judge, "--batch-size", "is now --cases-at-once (--batch-size counts contexts per step in train.py)")
     args = ap.parse_args(argv)
     if args.cmd in ("tests", "augment"):
         cli.distinct(ap, **{"--problems": args.problems, "--out": args.out,
                             "--trajectories": getattr(args, "trajectories", None)})
     if args.cmd == "judge":
         cli.distinct(ap, **{"--cases": args.cases, "--out": args.out})
-    print("perturb.py", " ".join(f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items()), file=sys.stderr)
+    print(cli.settings_line("perturb.py", args), file=sys.stderr)
     {"tests": cmd_tests, "augment": cmd_augment, "analyze": cmd_analyze, "judge": cmd_judge}[args.cmd](args)
 
 

@@ -29,12 +29,19 @@ used for --mini-batches optimizer steps, then dropped (the paper's "1 epoch over
 are recomputed with the policy; the reference is the initial policy, frozen; each rank samples its own share
 (groups never span ranks); an epoch's last partial batch is not trained (veRL's drop_last). Samples, losses
 and weights do not depend on the number of ranks (to float rounding): seeds, mini-batches and the loss's
-normalisation are defined on the global batch. Plumbing: cobalt_min/launch.py, training_data.py,
-learner.py, monitoring.py, checkpoint.py, sharding.py.
+normalisation are defined on the global batch. Plumbing: cobalt_min/training/ (launch.py, data.py, learner.py,
+monitoring.py, checkpoint.py, sharding.py).
 
 Outputs in --out: metrics.jsonl (one line per step), checkpoints/step_N (resume with --resume),
-final/ (load it with evaluate.py --model OUT/final; a checkpoint with `python -m cobalt_min.checkpoint
+final/ (load it with evaluate.py --model OUT/final; a checkpoint with `python -m cobalt_min.training.checkpoint
 export`), report.html (the run's curves), settings.json (what decides the run: --resume must match it).
+
+Shape letters, here and in every shape comment of cobalt_min/ (grpo.py, logprobs.py, grpo_mt.py, verpo.py, ...):
+    B  contexts (COBALT, FT) or problems (GRPO-MT, VeRPO-MT) of a batch    G  programs sampled for each (the group)
+    T  turns of a conversation (the paper's t)    U  distinct prompts of a batch (a prompt is stored once)
+    R  rows: sampled programs (completions), the unit of the loss    P  prompt width, C completion width (tokens)
+    L  a whole row's width (prompt + completion)    W  attention width while sampling (prompt + tokens so far)
+    N  tokens, flattened    V  vocabulary    H  hidden size    m  tests of a problem (VeRPO's)
 """
 
 import argparse
@@ -48,21 +55,24 @@ import torch
 from tqdm.auto import tqdm
 
 from cobalt_min import cli, grpo_mt, verpo
-from cobalt_min.checkpoint import save_checkpoint, save_final_policy
-from cobalt_min.generation import Completion
+from cobalt_min.generation import STEP_SEED_STRIDE, Completion
+from cobalt_min.graders import grader_flags, grader_of
 from cobalt_min.grpo import AGGREGATIONS, group_advantages, policy_loss
 from cobalt_min.jsonl import append_jsonl
-from cobalt_min.launch import kept_checkpoint, resume_run, start_run
-from cobalt_min.learner import (Learner, batched_logprobs, count_nonfinite, load_policy, make_learner, micro_batches,
-                                optimizer_step, policy_sampling, sample_from_policy, seeds_of_share, sync_sampler)
 from cobalt_min.logprobs import SequenceBatch, pack_groups
-from cobalt_min.monitoring import cost_per_example, mean, step_metrics, timed, tracker_tag, validate
+from cobalt_min.problems import problem_flags
 from cobalt_min.prompts import extract_code
 from cobalt_min.report import write_report
 from cobalt_min.rewards import correctness_reward, token_counter, training_reward
 from cobalt_min.rollout import rollout
 from cobalt_min.sandbox import pass_rate, run_programs
-from cobalt_min.training_data import batch_for_step, load_training_data
+from cobalt_min.training.checkpoint import save_checkpoint, save_final_policy
+from cobalt_min.training.data import batch_for_step, load_training_data
+from cobalt_min.training.launch import kept_checkpoint, resume_run, start_run
+from cobalt_min.training.learner import (Learner, batched_logprobs, count_nonfinite, load_policy, make_learner,
+                                         micro_batches, optimizer_step, policy_sampling, sample_from_policy,
+                                         seeds_of_share, sync_sampler)
+from cobalt_min.training.monitoring import cost_per_example, mean, step_metrics, timed, tracker_tag, validate
 
 # ----------------------------------------------------------------------------- flags (defaults: the paper's §5)
 ap = argparse.ArgumentParser(description=__doc__, formatter_class=cli.HelpFormatter)
@@ -93,7 +103,7 @@ g.add_argument("--method", default="cobalt", choices=["cobalt", "single-turn", "
 g.add_argument("--contexts", type=cli.source, default=None, help="cobalt: contexts.jsonl from collect.py")
 g.add_argument("--demonstrations", type=cli.source, default=None,
                help="sft: conversations whose last (assistant) message is the target (python -m cobalt_min.warmup)")
-cli.problem_flags(g, required=False, what="single-turn, grpo-mt, verpo-mt: the problems to train on")
+problem_flags(g, required=False, what="single-turn, grpo-mt, verpo-mt: the problems to train on")
 g.add_argument("--turns", type=cli.count, default=3, help="grpo-mt, verpo-mt: programs per conversation (VeRPO's: 4)")
 g.add_argument("--credit", default="outcome", choices=["outcome", "reward-to-go"],
                help="grpo-mt: a turn's return: the last program's reward, or the sum from that turn on")
@@ -120,7 +130,7 @@ g.add_argument("--top-p", type=cli.probability, default=1.0, help="nucleus sampl
 g.add_argument("--max-new-tokens", type=cli.count, default=6144, help="max response tokens")
 cli.stop_after_code_flag(g)
 g = ap.add_argument_group("reward and execution")
-cli.grader_flags(g)
+grader_flags(g)
 g.add_argument("--workers", type=cli.count, default=None, help="sandbox workers per rank (default: CPUs / ranks)")
 g.add_argument("--sanity-reward-tokens", default=None, help="comma-separated token ids: reward = their share of the "
                "completion, no execution (a check that the machinery learns; unset for real runs)")
@@ -192,7 +202,7 @@ class StepBatch:
     """What one step trains on, whichever the method: U prompts and R sampled programs (rows), row r continuing
     prompts[prompt_of[r]] with the advantage advantages[r]; for the metrics, rewards, pass rates, extras."""
     prompts: list              # U token lists
-    rows: list                 # R Completions: the sampled tokens, text, finished
+    completions: list          # R Completions (the rows): the sampled tokens, text, finished
     prompt_of: list            # R ints
     advantages: torch.Tensor   # (R,)
     group_rewards: torch.Tensor | None  # (B, G); None: no reward (sft)
@@ -215,7 +225,7 @@ def cobalt_batch(learner: Learner, contexts: list, step: int, args, timings: dic
     prompts = [learner.engine.prompt_ids(c["messages"]) for c in contexts]
     # 2. sample G next programs per context from the current policy
     with timed(timings, "generate_s"):
-        seeds = seeds_of_share(args.seed * 100003 + step, args.batch_size, args.group_size, acc.process_index,
+        seeds = seeds_of_share(args.seed * STEP_SEED_STRIDE + step, args.batch_size, args.group_size, acc.process_index,
                                acc.num_processes)
         completions = sample_from_policy(learner, prompts, n=args.group_size, temperature=args.temperature,
                                          top_p=args.top_p, max_new_tokens=args.max_new_tokens, seed=seeds)
@@ -228,7 +238,7 @@ def cobalt_batch(learner: Learner, contexts: list, step: int, args, timings: dic
             rewards = [sum(t in targets for t in comp.token_ids) / max(1, len(comp.token_ids)) for _, comp in samples]
         else:
             results = run_programs([extract_code(comp.text) for _, comp in samples], [c["tests"] for c, _ in samples],
-                                   grader=cli.grader_of(args), workers=workers)
+                                   grader=grader_of(args), workers=workers)
             rates = [None if r is None else pass_rate(r) for r in results]  # None: no code; nan: no verdict
             rewards = [training_reward(comp.text, pr, c["prev_best"], count_tokens=count_tokens, thinking=args.thinking)
                        for (c, comp), pr in zip(samples, rates)]  # nan: the sandbox failed on it (no verdict)
@@ -253,12 +263,12 @@ def multi_turn_batch(learner: Learner, problems: list, step: int, args, timings:
     acc, count_tokens = learner.accelerator, token_counter(learner.tokenizer)
     # 2-3. G conversations of T programs per problem (seeded by its position in the global batch), feedback
     #      after each; every program run on all tests
-    seeds = seeds_of_share(args.seed * 100003 + step, args.batch_size, args.group_size * args.turns,
+    seeds = seeds_of_share(args.seed * STEP_SEED_STRIDE + step, args.batch_size, args.group_size * args.turns,
                            acc.process_index, acc.num_processes)
     with policy_sampling(learner):
         trajs, t = rollout(problems, learner.engine, samples=args.group_size, feedback_turns=args.turns - 1,
                            temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
-                           seed=seeds, thinking=args.thinking, grader=cli.grader_of(args), workers=workers, progress=False,
+                           seed=seeds, thinking=args.thinking, grader=grader_of(args), workers=workers, progress=False,
                            keep_tokens=True)  # trajs[b][g]
     timings.update(t)
     # r_t of every turn: rewards.training_reward against the best program before it in the conversation (a
@@ -276,12 +286,13 @@ def multi_turn_batch(learner: Learner, problems: list, step: int, args, timings:
                      verpo_flat_groups=(v["advantages"].flatten(1).abs().amax(1) == 0).float().mean().item())
     elif kept:  # 4. advantages from the returns (--credit), normalised over the G conversations of each problem
         advantages[kept] = grpo_mt.advantages(rewards[kept], args.credit, args.adv_eps)
-    # (B, G): VeRPO-MT's reported as GRPO-MT's are (the last program's staged reward)
+    # (B, G), reported per step: each conversation's return from its first turn (--credit outcome: its last
+    # program's staged reward; reward-to-go: the sum of its programs' rewards); VeRPO-MT: its last program's
     group_rewards = rewards[:, :, -1] if args.method == "verpo-mt" else grpo_mt.returns(rewards, args.credit)[:, :, 0]
-    prompts, rows, prompt_of = grpo_mt.rows(trajs)  # one row per turn, (b, g, t) order
+    prompts, completions, prompt_of = grpo_mt.turn_rows(trajs)  # one row per turn, (b, g, t) order
     rates = [None if turn["program"] is None else math.nan if b not in kept else turn["pass_rate"]
              for b, trs in enumerate(trajs) for tr in trs for turn in tr["turns"]]
-    return StepBatch(prompts, rows, prompt_of, advantages.flatten(), group_rewards, rates, len(problems),
+    return StepBatch(prompts, completions, prompt_of, advantages.flatten(), group_rewards, rates, len(problems),
                      {**extra, "final_reward_mean": mean(rewards[kept][:, :, -1].flatten().tolist())},
                      sum("infra_error" in turn for trs in trajs for tr in trs for turn in tr["turns"]))
 
@@ -293,31 +304,32 @@ def demonstration_batch(learner: Learner, demonstrations: list) -> StepBatch:
     """The repair warm-up's steps 1-4 (--method sft; not the paper's: docs/departures.md): nothing is sampled
     or run. Each demonstration's last message (the assistant's) is the target, the messages before it the
     prompt, so the loss is on the target's tokens only. Every advantage is 1 and the ratio stays 1 (the old
-    log-probs are the current ones, sequence_logprobs): the clipped loss -A ratio then has the gradient
+    log-probs are the current ones, old_and_ref_logprobs): the clipped loss -A ratio then has the gradient
     -grad log pi(target): supervised fine-tuning (token-mean negative log-likelihood) through the same update.
     The target's tokens are its text's followed by EOS, as a sampled response that ended by itself."""
     tok = learner.tokenizer
     prompts = [learner.engine.prompt_ids(d["messages"][:-1]) for d in demonstrations]
     targets = [d["messages"][-1]["content"] for d in demonstrations]
-    rows = [Completion(text, tok(text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id], True)
-            for text in targets]
-    return StepBatch(prompts, rows, list(range(len(rows))), torch.ones(len(rows)), None, [None] * len(rows),
+    completions = [Completion(text, tok(text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id], True)
+                   for text in targets]
+    return StepBatch(prompts, completions, list(range(len(completions))), torch.ones(len(completions)), None,
+                     [None] * len(completions),
                      len({d.get("problem_id") for d in demonstrations}), {})
 
 
 # ----------------------------------------------------------------------------- steps 5-6: the GRPO update
 
 
-def sequence_logprobs(learner: Learner, batch: StepBatch, args):
+def old_and_ref_logprobs(learner: Learner, batch: StepBatch, args):
     """Pack the batch's prompts and rows (each prompt stored once, its rows attending to it) and compute the
     log-probs the loss compares against: the sampling policy's (only when a batch gets several optimizer
     steps; with one, the ratio is 1) and the reference's (only with a KL term): (sequences, (R, C) or None x2)."""
     acc, eos = learner.accelerator, learner.tokenizer.eos_token_id
-    sequences = pack_groups(batch.prompts, [row.token_ids or [eos] for row in batch.rows], batch.prompt_of,
+    sequences = pack_groups(batch.prompts, [c.token_ids or [eos] for c in batch.completions], batch.prompt_of,
                             learner.tokenizer.pad_token_id, device=acc.device)  # prompts (U, P); rows (R, C)
     old_logp = ref_logp = None
     several = args.mini_batches > 1 and args.method != "sft"  # (sft: the ratio stays 1, demonstration_batch)
-    plan = micro_batches(sequences, torch.arange(len(batch.rows), device=acc.device), args, acc) \
+    plan = micro_batches(sequences, torch.arange(len(batch.completions), device=acc.device), args, acc) \
         if several or learner.ref is not None else []
     if several:
         old_logp = batched_logprobs(learner.policy, sequences, args.temperature, plan)  # (R, C)
@@ -340,13 +352,13 @@ def update_policy(learner: Learner, sequences: SequenceBatch, advantages, old_lo
     advantages = advantages.to(accelerator.device)  # (R,)
     per_mini_batch = len(advantages) // args.mini_batches  # rows: (contexts per rank / mini-batches) x G
     for k in range(args.mini_batches):
-        rows = torch.arange(k * per_mini_batch, (k + 1) * per_mini_batch, device=accelerator.device)
+        row_ids = torch.arange(k * per_mini_batch, (k + 1) * per_mini_batch, device=accelerator.device)
         # token-mean over the whole mini-batch on all ranks: DDP and FSDP average gradients over the
         # ranks, so each rank divides by (the mini-batch's tokens on all ranks / ranks).
-        tokens = accelerator.reduce(sequences.completion_mask[rows].sum().float(), "sum")
-        plan = micro_batches(sequences, rows, args, accelerator)
+        tokens = accelerator.reduce(sequences.completion_mask[row_ids].sum().float(), "sum")
+        plan = micro_batches(sequences, row_ids, args, accelerator)
         for idx in plan:
-            micro = sequences.rows(idx)
+            micro = sequences.select(idx)
             width = micro.completion_ids.shape[1]
             logp = learner.policy(*micro.fields(), args.temperature)  # (micro-batch, width)
             loss, loss_stats = policy_loss(logp, old_logp[idx, :width] if old_logp is not None else logp.detach(),
@@ -355,7 +367,7 @@ def update_policy(learner: Learner, sequences: SequenceBatch, advantages, old_lo
                                            dual_clip=args.dual_clip, kl_coef=args.kl_coef,
                                            kl_estimator=args.kl_estimator, agg=args.agg,
                                            minibatch_tokens=max(1.0, tokens.item() / world),
-                                           minibatch_sequences=len(rows), micro_batches=len(plan))
+                                           minibatch_sequences=len(row_ids), micro_batches=len(plan))
             loss.backward()
             tokens_here = micro.completion_mask.sum().item()
             sums["loss"] += loss.item() / args.mini_batches  # this rank's part of the mini-batches' mean loss
@@ -378,16 +390,16 @@ def update_policy(learner: Learner, sequences: SequenceBatch, advantages, old_lo
 
 
 def train(args):
-    """Set up (cobalt_min/launch.py, training_data.py, learner.py), then steps 1-8 until --max-steps or
+    """Set up (cobalt_min/training/: launch.py, data.py, learner.py), then steps 1-8 until --max-steps or
     --epochs, a checkpoint every --save-every steps, and the final policy in --out/final."""
     accelerator, mixed, model_path, use_vllm, log = start_run(args, SETTINGS)
     out, main_process, world = Path(args.out), accelerator.is_main_process, accelerator.num_processes
     dtype = getattr(torch, args.dtype)  # the master weights'
-    tokenizer, policy = load_policy(args, accelerator, model_path, dtype)  # (--fsdp: rank 0 reads the weights)
+    tokenizer, policy_lm = load_policy(accelerator, model_path, dtype, args.fsdp)  # (--fsdp: rank 0 reads the weights)
     data, val_contexts, too_long, steps_per_epoch, total_steps = load_training_data(args, tokenizer, log)
     workers = args.workers or max(1, (os.cpu_count() or 1) // world)
-    learner = make_learner(args, accelerator, model_path, use_vllm, tokenizer, policy,
-                           torch.bfloat16 if mixed == "bf16" else dtype)
+    learner = learner_of(args, accelerator, model_path, use_vllm, tokenizer, policy_lm,
+                         torch.bfloat16 if mixed == "bf16" else dtype)
     step = resume_run(args, learner, log)
     if main_process:
         accelerator.init_trackers("cobalt-min", config=cli.tracker_config(args))
@@ -398,17 +410,13 @@ def train(args):
         with timed(timings, "batch_s"):
             # 1. this rank's share of the step's batch: contexts s_t (COBALT; single-turn: first turns s_0 of
             #    the problems, trajectories.first_turn_contexts) or problems (GRPO-MT, VeRPO-MT)
-            epoch, share = batch_for_step(data, step, steps_per_epoch, args, accelerator.process_index, world)
+            epoch, share = batch_for_step(data, step, steps_per_epoch, batch_size=args.batch_size, seed=args.seed,
+                                          rank=accelerator.process_index, world=world)
             # 2-4. programs sampled by the current policy, run, rewarded; their advantages
-            if args.method in ("cobalt", "single-turn"):
-                batch = cobalt_batch(learner, share, step, args, timings, workers)
-            elif args.method == "sft":  # (the warm-up: demonstrations, advantage 1, no sampling)
-                batch = demonstration_batch(learner, share)
-            else:
-                batch = multi_turn_batch(learner, share, step, args, timings, workers)
+            batch = step_batch(learner, share, step, args, timings, workers)
         # 5. log-probs of the sampling and reference policies where the loss needs them
         with timed(timings, "logprob_s"):
-            sequences, old_logp, ref_logp = sequence_logprobs(learner, batch, args)
+            sequences, old_logp, ref_logp = old_and_ref_logprobs(learner, batch, args)
         # 6. the clipped GRPO update
         with timed(timings, "update_s"):
             stats = update_policy(learner, sequences, batch.advantages, old_logp, ref_logp, args)
@@ -427,13 +435,7 @@ def train(args):
         if val_contexts and (step % args.val_every == 0 or step == total_steps):
             metrics.update(validate(learner, val_contexts, args, step, workers))
         if main_process:
-            append_jsonl(out / "metrics.jsonl", metrics)
-            accelerator.log({tracker_tag(k): v for k, v in metrics.items() if isinstance(v, (int, float))}, step=step)
-            if batch.group_rewards is None:  # (sft: the demonstrations' negative log-likelihood)
-                bar.set_postfix(nll=f"{-metrics['logp']:.3f}")
-            else:
-                bar.set_postfix(reward=f"{metrics['reward_mean']:.3f}", pass_rate=f"{metrics['pass_rate']:.2f}")
-            bar.update(1)
+            record_step(accelerator, out, metrics, step, bar, sft=batch.group_rewards is None)
         if step % args.save_every == 0 or step == total_steps:
             save_checkpoint(accelerator, learner.policy, learner.optimizer, out, step, epoch, args.keep_checkpoints)
     bar.close()
@@ -444,6 +446,43 @@ def train(args):
     if hasattr(learner.engine, "close"):
         learner.engine.close()
     accelerator.end_training()
+
+
+def learner_of(args, accelerator, model_path: str, use_vllm: bool, tokenizer, policy_lm, compute_dtype) -> Learner:
+    """learner.make_learner with train.py's flags: the policy for the ranks, the reference, AdamW, the sampler."""
+    if use_vllm:
+        options = dict(seed=args.seed, gpu_memory_utilization=args.vllm_gpu_memory_utilization,
+                       max_model_len=args.max_prompt_tokens + args.max_new_tokens, max_num_seqs=args.vllm_max_num_seqs,
+                       sleep_mode=args.vllm_sleep_mode)
+    else:
+        options = dict(batch_size=args.gen_batch_size)
+    return make_learner(accelerator, model_path, tokenizer, policy_lm, compute_dtype, lr=args.lr,
+                        weight_decay=args.weight_decay, kl_coef=args.kl_coef, fsdp=args.fsdp,
+                        logprob_chunk=args.logprob_chunk, gradient_checkpointing=args.gradient_checkpointing,
+                        engine="vllm" if use_vllm else "hf",
+                        engine_options=dict(options, thinking=args.thinking, stop_after_code=args.stop_after_code))
+
+
+def step_batch(learner: Learner, share: list, step: int, args, timings: dict, workers: int) -> StepBatch:
+    """Steps 2-4 of the chosen method on this rank's share of the batch: the programs the current policy
+    samples, run and rewarded, and their advantages (sft: the demonstrations, advantage 1, nothing sampled)."""
+    if args.method in ("cobalt", "single-turn"):
+        return cobalt_batch(learner, share, step, args, timings, workers)
+    if args.method == "sft":
+        return demonstration_batch(learner, share)
+    return multi_turn_batch(learner, share, step, args, timings, workers)
+
+
+def record_step(accelerator, out: Path, metrics: dict, step: int, bar, sft: bool) -> None:
+    """Rank 0: the step's line in metrics.jsonl, the tracker's values, the progress bar's figures (sft: the
+    demonstrations' negative log-likelihood; else the mean reward and pass rate)."""
+    append_jsonl(out / "metrics.jsonl", metrics)
+    accelerator.log({tracker_tag(k): v for k, v in metrics.items() if isinstance(v, (int, float))}, step=step)
+    if sft:
+        bar.set_postfix(nll=f"{-metrics['logp']:.3f}")
+    else:
+        bar.set_postfix(reward=f"{metrics['reward_mean']:.3f}", pass_rate=f"{metrics['pass_rate']:.2f}")
+    bar.update(1)
 
 
 def main(argv=None):

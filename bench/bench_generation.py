@@ -81,7 +81,7 @@ def main():
             convert_gguf(find_smollm2_gguf(), folder)
     vllm = None
     if args.vllm:
-        from cobalt_min.vllm_engine import VLLMEngine
+        from cobalt_min.engines.vllm import VLLMEngine
         vllm = VLLMEngine(folder, dtype=torch.float32, max_model_len=2048, seed=0)
     engine = HFEngine(folder, device="cpu", batch_size=max(args.batches))
     engine.eos_ids = set()  # every row runs to --new-tokens (generate: min_new_tokens), so both do equal work

@@ -25,7 +25,7 @@ import time
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, ROOT)
 from cobalt_min.sandbox import ISOLATIONS, run_batch  # noqa: E402
-from cobalt_min.sandbox_isolation import python_paths  # noqa: E402
+from cobalt_min.sandbox.isolation import python_paths  # noqa: E402
 
 STRIDE = 1 << 20  # one bit per MiB of the file: the kernel's readahead (128 KiB here) never reaches a neighbour
 

@@ -135,8 +135,13 @@ marshal.dump(results, sys.stdout.buffer)
 """
 
 
-# Makes the bare loop's process hold the same modules as the sandbox runner (it imports that file).
-RUNNER_MODULES = f"import sys\nsys.path.insert(0, {ROOT!r})\nimport cobalt_min.sandbox_runner\n"
+# Makes the bare loop's process hold the same modules as the sandbox runner: it runs the runner's two files as
+# the sandbox does (jail.py, then runner.py, in one namespace), all but the runner's main().
+RUNNER_MODULES = (f"import pathlib\nfolder = pathlib.Path({ROOT!r}) / 'cobalt_min' / 'sandbox'\n"
+                  "runner = {'__name__': '__main__'}\n"
+                  "exec(compile((folder / 'jail.py').read_text(), 'jail.py', 'exec'), runner)\n"
+                  "exec(compile((folder / 'runner.py').read_text()"
+                  ".replace('\\nif __name__ == \"__main__\":\\n    main()', ''), 'runner.py', 'exec'), runner)\n")
 
 
 def bare_fork_batch(jobs, workers, preamble=""):

@@ -53,7 +53,7 @@ from random_model import make_random_chat_model  # noqa: E402
 
 from cobalt_min.generation import HFEngine, load_model  # noqa: E402
 from cobalt_min.prompts import first_turn_messages  # noqa: E402
-from cobalt_min.sharding import full_weights  # noqa: E402
+from cobalt_min.training.sharding import full_weights  # noqa: E402
 
 QUESTIONS = ["Read two integers and print their sum.", "Print the reverse of the input line.",
              "Read n, then n numbers; print the largest.", "Print Hello, World!"]
@@ -124,7 +124,7 @@ def main():
     def vllm_matches_hf():
         if not have_vllm:
             return {"skipped": "vLLM is not installed" if cuda else "dry run (no CUDA)"}
-        from cobalt_min.vllm_engine import VLLMEngine
+        from cobalt_min.engines.vllm import VLLMEngine
         vllm_engine["e"] = VLLMEngine(model_dir, gpu_memory_utilization=0.3, dtype="float32", seed=0)
         got = greedy(vllm_engine["e"], prompts, new_tokens)
         equal = sum(a == b for a, b in zip(got, state["before"]))
@@ -152,7 +152,7 @@ def main():
     def vllm_sleep_mode():  # train.py --vllm-sleep-mode: memory given back while asleep, the pushed weights after
         if not have_vllm:
             return {"skipped": "vLLM is not installed" if cuda else "dry run (no CUDA)"}
-        from cobalt_min.vllm_engine import VLLMEngine
+        from cobalt_min.engines.vllm import VLLMEngine
         engine = VLLMEngine(model_dir, gpu_memory_utilization=0.3, dtype="float32", seed=0, sleep_mode=True)
         free_awake = torch.cuda.mem_get_info()[0]
         engine.sleep()

@@ -31,14 +31,14 @@ def as_rank(out_file, script, argv):
     """Run `script` as this rank, then record this process's peak RSS (the wrapper of each rank)."""
     sys.argv = [script] + argv
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))  # (as `python script` would)
-    import cobalt_min.learner
-    make_learner, at_setup = cobalt_min.learner.make_learner, []
+    import cobalt_min.training.learner
+    make_learner, at_setup = cobalt_min.training.learner.make_learner, []
 
     def measured(*args, **kw):  # the peak up to the end of the set-up: loading and make_learner
         learner = make_learner(*args, **kw)
         at_setup.append(peak_rss_mb())
         return learner
-    cobalt_min.learner.make_learner = measured  # (before train.py imports it)
+    cobalt_min.training.learner.make_learner = measured  # (before train.py imports it)
 
     def record():  # an exit handler: a rank ends in os._exit (cli.end_rank), which runs these first
         with open(out_file, "a") as f:

@@ -156,6 +156,11 @@ def command_line(script: str, argv=None) -> str:
     return shlex.join(launcher + [os.path.relpath(script)] + args)
 
 
+def settings_line(script: str, args) -> str:
+    """The run's flags, all of them, as one line (every script prints it first)."""
+    return script + " " + " ".join(f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items())
+
+
 def record_settings(out, args, keys: tuple, resume: bool) -> None:
     """The settings that decide what a run writes, kept in OUT/settings.json. A --resume with other values
     is refused, naming each difference (the finished rows of two settings would otherwise be mixed and
@@ -247,7 +252,7 @@ def stop_after_code_flag(group) -> None:
 
 
 def api_flags(group) -> None:
-    """--engine api's server flags, the same in collect.py and evaluate.py (api_engine.py); --model names the
+    """--engine api's server flags, the same in collect.py and evaluate.py (engines/api.py); --model names the
     model as the server lists it."""
     group.add_argument("--api-base", default=None,
                        help="API engine: the server's OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1")
@@ -258,43 +263,6 @@ def api_flags(group) -> None:
                        help="API engine: retries of a request (429, 5xx, timeouts, dropped connections), with "
                             "backoff; then its conversation is an infrastructure failure")
     group.add_argument("--api-timeout", type=positive, default=600.0, help="API engine: seconds per request")
-
-
-def problem_flags(group, *, required: bool, what: str = "the problems") -> None:
-    """--problems and what chooses among them, the same flags in every script that reads problems."""
-    group.add_argument("--problems", type=source, required=required, default=None,
-                       help=f"{what}: 'demo', a file/folder, or a hub dataset id")
-    group.add_argument("--problem-split", default=None, help="split of the problem source (e.g. test)")
-    group.add_argument("--lcb-version", default="v6",
-                       help="LiveCodeBench release, from the hub or a downloaded folder: v6 (the problems added in "
-                            "release 6: the paper's 175) or release_v6 (all up to 6)")
-    group.add_argument("--start-date", default=None, help="LiveCodeBench: problems from this contest date on "
-                       "(YYYY-MM-DD; the paper's v6 window: 2025-01-01 to 2025-04-30)")
-    group.add_argument("--end-date", default=None, help="LiveCodeBench: problems up to this contest date (YYYY-MM-DD)")
-    group.add_argument("--limit", type=count, default=None, help="the first K problems only")
-
-
-def problems_of(args, **kw) -> list:
-    """The problems the flags of problem_flags ask for."""
-    from cobalt_min.problems import load_problems
-    return load_problems(args.problems, split=args.problem_split, limit=args.limit, version=args.lcb_version,
-                         start_date=args.start_date, end_date=args.end_date, **kw)
-
-
-def grader_flags(group) -> None:
-    """--grader and --timeout, the same flags in every script that runs programs (graders.py)."""
-    from cobalt_min import graders
-    group.add_argument("--grader", choices=list(graders.GRADERS), default=graders.DEFAULT,
-                       help="whose verdict rules judge programs: the authors' (the paper's reward and tables) or "
-                            "LiveCodeBench's (its leaderboard); docs/departures.md lists where each differs")
-    group.add_argument("--timeout", type=positive, default=None,
-                       help="seconds per test (default: the grader's: 4 for the authors, 6 for LiveCodeBench)")
-
-
-def grader_of(args):
-    """The graders.Grader the flags of grader_flags ask for."""
-    from cobalt_min import graders
-    return graders.get(args.grader, args.timeout)
 
 
 TRACKERS = ("none", "tensorboard", "wandb")

@@ -1,8 +1,8 @@
-"""Generation engines: one small interface, two real back-ends.
+"""Generation: one small interface for every engine, and the transformers engine.
 
-    engine = make_engine("auto", "Qwen/Qwen3-8B")                 # vLLM if importable and a GPU is present
-    engine = make_engine("hf", "path/or/hub-id", gguf_file=None)   # transformers generate (CPU or GPU)
+    engine = HFEngine("path/or/hub-id", gguf_file=None)   # transformers, our own decode loop (CPU or GPU)
     texts = engine.generate(conversations, n=4, temperature=0.6, top_p=0.95, max_new_tokens=512, seed=0)
+    python -m cobalt_min.generation OUT_FOLDER            # SmolLM2-135M-Instruct's GGUF as a plain folder
 
 `generate` applies the tokenizer's chat template; `sample` works on token ids and also returns the
 completion token ids (train.py learns on exactly the sampled tokens, never on re-tokenised text).
@@ -10,8 +10,9 @@ Both engines sample exactly softmax(logits / temperature) within top_p (no top-k
 distribution train.py's log-probs describe), and give each request its own seed (request_seeds).
 `thinking` switches the template's thinking mode (Qwen3's enable_thinking) where it has one.
 Here: model loading, chat prompts, the exact sampler (sample_tokens, request_seeds) and the transformers
-engine (HFEngine); the vLLM engine is in vllm_engine.py, the transformers engine's speed pieces (the same
-tokens with less work) in generation_speed.py.
+engine (HFEngine); the vLLM engine is in engines/vllm.py, the API one in engines/api.py, the transformers
+engine's speed pieces (the same tokens with less work) in generation_speed.py, and engines/ chooses and
+builds one (--engine).
 """
 
 import dataclasses
@@ -77,8 +78,8 @@ def load_model(path: str, *, gguf_file: str | None = None, dtype="auto", device=
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
     if (Path(path) / "train_state.json").exists() and (Path(path) / ".metadata").exists():
         raise SystemExit(f"error: {path} is a training checkpoint (each rank's shard), not a model folder: export it "
-                         f"with `python -m cobalt_min.checkpoint export {path} --model BASE_MODEL --out FOLDER` "
-                         "(BASE_MODEL: train.py's --model), then use FOLDER")
+                         f"with `python -m cobalt_min.training.checkpoint export {path} --model BASE_MODEL "
+                         "--out FOLDER` (BASE_MODEL: train.py's --model), then use FOLDER")
     folder, gguf_file = gguf_location(path, gguf_file)
     kw = {"gguf_file": gguf_file} if gguf_file else {}
     options = hub_options(folder)
@@ -158,8 +159,18 @@ def request_seeds(seed: int | list[int] | None, n_prompts: int, n: int) -> list[
         if len(seed) != n_prompts:
             raise ValueError(f"{len(seed)} seeds for {n_prompts} prompts")
         return list(seed)
-    base = (seed or 0) * 1_000_003
+    base = (seed or 0) * 1_000_003  # a prime above any call's requests x samples: calls never share a stream
     return [(base + i * n) % (1 << 62) for i in range(n_prompts)]
+
+
+# Call seeds: the scripts derive each sampling call's seed from the run's --seed s, so that no two calls of a run
+# draw the same stream and a resumed or resharded run draws what an uninterrupted one would.
+STEP_SEED_STRIDE = 100_003  # train.py: step k samples with call seed s * 100_003 + k (distinct for every (s, k)
+#                             while runs have fewer steps than that)
+BLOCK_SEED_STRIDE = 1000    # collect.py, evaluate.py: turn t of the block of problems that starts at problem i
+#                             samples with call seed s + 1000 * i + t (distinct while conversations have < 1000 turns)
+VAL_SEED_STRIDE = 7         # train.py's validation at step k: call seed s + 7 * k (any stride > 0 gives each
+#                             validation its own samples; kept at 7 so that earlier runs reproduce)
 
 
 NUCLEUS_SCREEN = 64  # top-p: the nucleus is first looked for among this many most likely tokens
@@ -168,7 +179,7 @@ NUCLEUS_SCREEN = 64  # top-p: the nucleus is first looked for among this many mo
 def sample_tokens(logits: torch.Tensor, uniforms: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
     """One token per row from exactly softmax(logits / temperature), restricted to the top-p nucleus
     (the smallest set of most likely tokens whose mass reaches top_p) and renormalised; nothing else
-    (no top-k, no penalties). logits (B, V); uniforms (B,) in [0, 1), one per row from that row's own
+    (no top-k, no penalties). logits (R, V); uniforms (R,) in [0, 1), one per row from that row's own
     generator (inverse-CDF sampling). temperature 0: the most likely token.
 
     The nucleus needs the tokens in order of probability. When the NUCLEUS_SCREEN most likely tokens of
@@ -177,16 +188,16 @@ def sample_tokens(logits: torch.Tensor, uniforms: torch.Tensor, temperature: flo
     the whole vocabulary is sorted. Both give the same tokens, masses and draws."""
     if temperature <= 0:
         return logits.argmax(-1)
-    probs = torch.softmax(logits.float() / temperature, dim=-1)  # (B, V)
+    probs = torch.softmax(logits.float() / temperature, dim=-1)  # (R, V)
     order = None
     if top_p < 1.0:
-        top, order = probs.topk(min(NUCLEUS_SCREEN, probs.shape[-1]), dim=-1)  # (B, k), most likely first
+        top, order = probs.topk(min(NUCLEUS_SCREEN, probs.shape[-1]), dim=-1)  # (R, k), most likely first
         if bool((top.sum(-1) < top_p).any()):  # a nucleus reaches beyond the screen: order everything
             top, order = probs.sort(dim=-1, descending=True)
         probs = top
         before = probs.cumsum(-1) - probs  # mass of the more likely tokens
         probs = probs * (before < top_p)  # the most likely token always stays (before = 0)
-    cdf = probs.cumsum(-1)  # (B, V) or (B, k)
+    cdf = probs.cumsum(-1)  # (R, V) or (R, k)
     target = uniforms.to(cdf.device, cdf.dtype)[:, None] * cdf[:, -1:]
     picked = (cdf <= target).sum(-1).clamp(max=probs.shape[-1] - 1)  # first index whose cdf exceeds target
     return picked if order is None else order.gather(-1, picked[:, None]).squeeze(-1)
@@ -274,14 +285,14 @@ class HFEngine:
         logits, cache, mask, last = self._prefill(prompts, max_new_tokens)
         generators = [torch.Generator().manual_seed(s) for s in seeds]  # one per row, on the CPU: same on any device
         index = torch.tensor(rows, device=self.device)
-        cache[self._cache_arg].batch_select_indices(index)  # (U, ...) -> (B, ...)
-        logits, mask, last = logits[index], mask[index], last[index]  # (B, V), (B, W), (B,)
+        cache[self._cache_arg].batch_select_indices(index)  # (U, ...) -> (R, ...)
+        logits, mask, last = logits[index], mask[index], last[index]  # (R, V), (R, W), (R,)
         alive = list(range(len(rows)))  # rows of the batch still decoding
         tokens: list[list[int]] = [[] for _ in rows]
         for step in range(max_new_tokens):
             uniforms = torch.tensor([torch.rand((), generator=generators[r]).item() for r in alive]) \
                 if temperature > 0 else torch.zeros(len(alive))
-            nxt = sample_tokens(logits, uniforms, temperature, top_p)  # (A,)
+            nxt = sample_tokens(logits, uniforms, temperature, top_p)  # one per row still alive
             keep = []
             for k, (r, t) in enumerate(zip(alive, nxt.tolist())):
                 tokens[r].append(t)
@@ -339,49 +350,16 @@ class HFEngine:
                               max_new_tokens=max_new_tokens, seed=seed)
 
 
-def engine_kind(kind: str, model_path: str) -> str:
-    """--engine auto|vllm|hf -> "vllm" or "hf": auto takes vLLM when usable, never for GGUF checkpoints
-    (vLLM reads them only through a plugin); an explicit vllm is checked here."""
-    from cobalt_min.vllm_engine import require_vllm, vllm_usable
-    if kind not in ("auto", "vllm", "hf"):
-        raise SystemExit(f"error: --engine must be auto, vllm, hf or api, not {kind!r}")
-    gguf = str(model_path).endswith(".gguf")
-    if kind == "vllm":
-        if gguf:
-            raise SystemExit("error: vLLM does not load GGUF checkpoints here: convert the model first "
-                             "(python -m cobalt_min.generation OUT_FOLDER --gguf FILE) or use --engine hf.")
-        require_vllm()
-        return "vllm"
-    return "vllm" if kind == "auto" and vllm_usable() and not gguf else "hf"
-
-
-def make_engine(kind: str, model_path: str, **kw):
-    """kind: auto (vLLM when usable, else transformers), vllm, hf, or api (model_path: the model's name on the
-    server at kw["api_base"])."""
-    if kind == "api":
-        if not kw.get("api_base"):
-            raise SystemExit("error: --engine api needs --api-base URL (the server's OpenAI-compatible base URL, "
-                             "e.g. http://127.0.0.1:8000/v1)")
-        from cobalt_min.api_engine import APIEngine
-        akw = {k: kw[k] for k in ("key_env", "concurrency", "retries", "timeout", "thinking", "stop_after_code")
-               if kw.get(k) is not None}
-        return APIEngine(kw["api_base"], model_path, **akw)
-    folder, gguf_file = gguf_location(model_path, kw.get("gguf_file"))
-    if engine_kind(kind, gguf_file or model_path) == "vllm":
-        check_stop_rule(kw.get("stop_after_code", False))
-        vkw = {k: kw[k] for k in ("thinking", "tensor_parallel_size", "gpu_memory_utilization", "dtype", "seed",
-                                  "max_model_len", "max_num_seqs") if k in kw}
-        from cobalt_min.vllm_engine import VLLMEngine
-        return VLLMEngine(model_path, **vkw)
-    hkw = {k: kw[k] for k in ("thinking", "dtype", "device", "batch_size", "stop_after_code") if k in kw}
-    return HFEngine(folder, gguf_file=gguf_file, **hkw)
-
-
 def check_stop_rule(stop_after_code: bool) -> None:
     """vLLM's stop strings cannot tell a fence that opens a block from one that closes it."""
     if stop_after_code:
         raise SystemExit("error: --stop-after-code needs the transformers engine (--engine hf); vLLM samples "
                          "until EOS or --max-new-tokens")
+
+
+def model_location(name: str) -> str:
+    """A script's --model as a path or hub id: 'smollm2' names the demo model's GGUF file."""
+    return find_smollm2_gguf() if name == "smollm2" else name
 
 
 def find_smollm2_gguf() -> str:

@@ -165,7 +165,7 @@ def prefix_kv(engine, prefix: list[int]) -> list:
 def groups_kv(engine, prompts, lengths, shared, width, mask, positions, prefix):
     """Run each prompt's own tokens (after the shared prefix) in groups of PREFILL_GROUP prompts of
     similar length, attending to the prefix: (last-token logits (U, V), per layer the keys and values
-    laid out as the left-padded batch (U, H, W, D), the prefix columns still empty)."""
+    laid out as the left-padded batch (U, heads, W, head size), the prefix columns still empty)."""
     from transformers import DynamicCache
     keys = values = logits = None
     order = sorted(range(len(prompts)), key=lambda u: lengths[u])

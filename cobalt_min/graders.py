@@ -43,7 +43,7 @@ import decimal
 import math
 from typing import Callable
 
-from cobalt_min.sandbox_types import Limits
+from cobalt_min.cli import positive
 
 
 def authors_stdout_matches(got: str, expected: str) -> bool:
@@ -109,12 +109,12 @@ def livecodebench_value_matches(got, expected, taco_wrapped: bool = False) -> bo
         return False
 
 
-def authors_budget_s(n_tests: int, limits: Limits) -> float:
+def authors_budget_s(n_tests: int, limits) -> float:  # limits: sandbox.Limits
     """Their 27 s for a program's tests, 4 at a time; here one after another: 27 s x min(4, tests)."""
     return limits.total_timeout_s * min(limits.budget_tests, n_tests)
 
 
-def livecodebench_budget_s(n_tests: int, limits: Limits) -> float:
+def livecodebench_budget_s(n_tests: int, limits) -> float:  # limits: sandbox.Limits
     """check_correctness's global timeout: (timeout + 1) x tests + 5 s."""
     return (limits.timeout_s + 1) * n_tests + 5
 
@@ -122,19 +122,19 @@ def livecodebench_budget_s(n_tests: int, limits: Limits) -> float:
 @dataclasses.dataclass(frozen=True)
 class Grader:
     """One reference's rules. `run` is what the sandbox's runner does around every program of it
-    (sandbox_runner.grader_setup reads it); the rest is decided in the grader's process.
+    (sandbox/runner.py's grader_setup reads it); the rest is decided in the grader's process.
     budget_s: the seconds a program's tests may take together (one that runs out fails every test)."""
     name: str
     timeout_s: float  # per test
     stdout_matches: Callable[[str, str], bool]
     value_matches: Callable  # (returned JSON value, expected, taco_wrapped) -> bool
-    budget_s: Callable[[int, Limits], float]  # (tests, limits) -> seconds a program's tests may take together
+    budget_s: Callable  # (tests, sandbox.Limits) -> seconds a program's tests may take together
     run: dict = dataclasses.field(default_factory=dict)
 
 
 # What each reference's process does before the program (the runner applies it in each test child):
 # none_builtins: builtins set to None; guard: functions of os set to None and modules made unimportable
-# (sandbox_runner.REFERENCE_GUARD); site_packages: whether installed packages are importable; prelude: the
+# (sandbox/runner.py's REFERENCE_GUARD); site_packages: whether installed packages are importable; prelude: the
 # import prelude's names defined; recursion_limit, int_max_str_digits; swallow_exit: a SystemExit ends a
 # stdin program normally; future_imports: whether `from __future__` may start the program (in both
 # references something is put before it); exact_numbers: returned numpy scalars, Decimal and Fraction
@@ -168,3 +168,17 @@ def get(grader: "str | Grader | None" = None, timeout_s: float | None = None) ->
             raise ValueError(f"unknown grader {name!r}: one of {', '.join(GRADERS)}")
         grader = GRADERS.get(name, PYTHON)
     return grader if timeout_s is None else dataclasses.replace(grader, timeout_s=timeout_s)
+
+
+def grader_flags(group) -> None:
+    """--grader and --timeout, the same flags in every script that runs programs."""
+    group.add_argument("--grader", choices=list(GRADERS), default=DEFAULT,
+                       help="whose verdict rules judge programs: the authors' (the paper's reward and tables) or "
+                            "LiveCodeBench's (its leaderboard); docs/departures.md lists where each differs")
+    group.add_argument("--timeout", type=positive, default=None,
+                       help="seconds per test (default: the grader's: 4 for the authors, 6 for LiveCodeBench)")
+
+
+def grader_of(args) -> Grader:
+    """The Grader the flags of grader_flags ask for."""
+    return get(args.grader, args.timeout)

@@ -10,7 +10,8 @@ programs that beat their group:
 
 with ratio_t = pi(y_t | ...) / pi_old(y_t | ...). The authors' settings (veRL): eps_low = 0.2,
 eps_high = 0.4 ("clip-higher"), dual clip c = 3, KL coefficient 1e-4 with the k2 estimator, token-mean
-aggregation, no entropy bonus.
+aggregation, no entropy bonus. Shapes use the letters of train.py's glossary (B contexts, G group, R rows,
+C completion width).
 """
 
 import torch
@@ -20,17 +21,17 @@ import torch
 
 
 def group_advantages(rewards: torch.Tensor, eps: float = 1e-6, valid: torch.Tensor | None = None) -> torch.Tensor:
-    """rewards (P, G): P prompts (contexts), G samples each -> advantages (P, G).
+    """rewards (B, G): B contexts (or problems), G samples each -> advantages (B, G).
 
     (r - group mean) / (group std + eps): each program against the mean of all G programs of its group,
     itself included (not a leave-one-out baseline), std unbiased as torch.std. A group whose rewards are
     all equal carries no learning signal and gets 0 (also for G = 1, where the std is undefined).
-    valid (P, G), optional: the programs that have a reward (the sandbox failed on the others: no verdict);
+    valid (B, G), optional: the programs that have a reward (the sandbox failed on the others: no verdict);
     each group's mean and std are then over its valid programs, and the others get 0."""
     if valid is not None and not bool(valid.all()):
         out = torch.zeros(rewards.shape)
-        for p in range(rewards.shape[0]):
-            out[p, valid[p]] = group_advantages(rewards[p, valid[p]][None], eps)[0]
+        for b in range(rewards.shape[0]):
+            out[b, valid[b]] = group_advantages(rewards[b, valid[b]][None], eps)[0]
         return out
     rewards = rewards.float()
     centred = rewards - rewards.mean(dim=1, keepdim=True)
@@ -64,7 +65,7 @@ AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "micr
 
 def aggregate(per_token: torch.Tensor, mask: torch.Tensor, agg: str, minibatch_tokens: float | None = None,
               minibatch_sequences: int | None = None, micro_batches: int = 1):
-    """Reduce a (B, T) per-token loss to a scalar.
+    """Reduce an (R, C) per-token loss (R rows, C completion tokens each) to a scalar.
 
     token-mean: sum over all masked tokens / their number (every token weighs the same, so long
       responses weigh more; the paper's).
@@ -97,7 +98,7 @@ def policy_loss(logp, old_logp, ref_logp, advantages, mask, *, clip_low: float =
                 minibatch_tokens: float | None = None, minibatch_sequences: int | None = None, micro_batches: int = 1):
     """The clipped GRPO surrogate with clip-higher, dual clip and a KL penalty -> (loss, metrics).
 
-    logp, old_logp, ref_logp, mask: (B, T); advantages: (B,). ref_logp may be None when kl_coef = 0.
+    logp, old_logp, ref_logp, mask: (R, C); advantages: (R,). ref_logp may be None when kl_coef = 0.
     Per token, with ratio = exp(logp - old_logp) and A the sequence's advantage:
       pg = max(-A ratio, -A clip(ratio, 1 - clip_low, 1 + clip_high))
         PPO's pessimistic bound: once the ratio has moved past the trust region in the direction
@@ -116,7 +117,7 @@ def policy_loss(logp, old_logp, ref_logp, advantages, mask, *, clip_low: float =
     policy's log-prob per trained token: under train.py --method sft, minus the negative log-likelihood)."""
     mask_f = mask.to(logp.dtype)
     n_tok = mask_f.sum().clamp(min=1.0)
-    adv = advantages.to(logp.dtype)[:, None]  # (B, 1)
+    adv = advantages.to(logp.dtype)[:, None]  # (R, 1)
     ratio = torch.exp(logp - old_logp)
     clipped = ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
     pg = torch.maximum(-adv * ratio, -adv * clipped)

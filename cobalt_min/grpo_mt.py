@@ -18,7 +18,7 @@ and that outcome rewards make credit across turns hard). Here, with r_t the stag
 turn t's program (rewards.training_reward: correctness against the best program earlier in the same
 conversation, improvement, format):
 - "outcome" (default): the conversation's return is r_{T-1}, the reward of its last program; advantages
-  are group-normalised over the G conversations of a problem, (R - mean) / (std + eps), and every
+  are group-normalised over the G conversations of a problem, (return - mean) / (std + eps), and every
   assistant token of every turn gets its conversation's advantage (gamma = 1).
 - "reward-to-go" (--credit reward-to-go): turn t's return is r_t + r_{t+1} + ... + r_{T-1}; advantages
   are normalised over the G conversations of a problem separately for each turn t.
@@ -70,13 +70,13 @@ def returns(rewards: torch.Tensor, credit: str) -> torch.Tensor:
 def advantages(rewards: torch.Tensor, credit: str, eps: float) -> torch.Tensor:
     """(B, G, T) rewards -> (B, G, T) advantages: returns normalised over the G conversations of each
     problem (for "reward-to-go", separately per turn; for "outcome" all turns share one value)."""
-    R = returns(rewards, credit)  # (B, G, T)
-    B, G, T = R.shape
-    per_turn = R.permute(0, 2, 1).reshape(B * T, G)  # groups: (problem, turn) x the G conversations
+    ret = returns(rewards, credit)  # (B, G, T)
+    B, G, T = ret.shape
+    per_turn = ret.permute(0, 2, 1).reshape(B * T, G)  # groups: (problem, turn) x the G conversations
     return group_advantages(per_turn, eps=eps).reshape(B, T, G).permute(0, 2, 1)
 
 
-def rows(trajectories: list) -> tuple[list, list, list]:
+def turn_rows(trajectories: list) -> tuple[list, list, list]:
     """The rows a step trains on, one per assistant turn, in (problem, conversation, turn) order:
     (distinct prompts, Completions, the prompt of each row). A turn's prompt is the conversation as the
     model saw it before that turn; the first turn's is the same for all G conversations of a problem

@@ -11,6 +11,8 @@ token. Everything else here computes exactly that, with less memory and less wor
   numbers up to float rounding), instead of running the prompt G times: for multi-turn contexts longer
   than their completions that is most of the forward and backward. Under gradient checkpointing too
   (the 8B recipe): each layer's replay in backward reads the stored prompt keys and values again.
+Shapes use the letters of train.py's glossary: R rows (sampled completions), L their full width (prompt +
+completion), U distinct prompts, P prompt width, C completion width, N tokens, V vocabulary, H hidden size.
 """
 
 import contextlib
@@ -28,33 +30,33 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 
 
 def naive_token_logprobs(model, input_ids, attention_mask, completion_mask, *, temperature: float = 1.0):
-    """The definition: full logits, float32 log-softmax over the vocabulary, gather -> (B, T): entry [b, t]
-    is log p(input_ids[b, t] | input_ids[b, :t]) where completion_mask[b, t] is 1, else 0 (pack_sequences
-    builds such rows). completion_logprobs computes the same numbers for train.py without the (B, T, V)
-    tensors. Memory: B x T x V floats (~9.7 GB for 8 x 2048 tokens at V = 151,936)."""
+    """The definition: full logits, float32 log-softmax over the vocabulary, gather -> (R, L): entry [r, l]
+    is log p(input_ids[r, l] | input_ids[r, :l]) where completion_mask[r, l] is 1, else 0 (pack_sequences
+    builds such rows). completion_logprobs computes the same numbers for train.py without the (R, L, V)
+    tensors. Memory: R x L x V floats (~9.7 GB for 8 x 2048 tokens at V = 151,936)."""
     logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1].float() / temperature
-    logp = logits.log_softmax(-1).gather(-1, input_ids[:, 1:, None]).squeeze(-1)  # (B, T-1)
+    logp = logits.log_softmax(-1).gather(-1, input_ids[:, 1:, None]).squeeze(-1)  # (R, L-1)
     out = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
     out[:, 1:] = logp * completion_mask[:, 1:]
     return out
 
 
 def pack_sequences(prompts: list[list[int]], completions: list[list[int]], pad_id: int, device=None):
-    """Right-pad prompt + completion token lists -> (input_ids, attention_mask, completion_mask), each (B, T).
+    """Right-pad prompt + completion token lists -> (input_ids, attention_mask, completion_mask), each (R, L).
 
     The completion mask comes from the lengths, never from comparing tokens with pad_id: many
     tokenizers use the EOS token as padding, and masking "pad" tokens would then also mask the EOS
     that ends each completion, which must be learned like any other token (it decides when to stop)."""
     lengths = [len(p) + len(c) for p, c in zip(prompts, completions)]
-    T = max(lengths)
-    B = len(prompts)
-    input_ids = torch.full((B, T), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros((B, T), dtype=torch.long)
-    completion_mask = torch.zeros((B, T), dtype=torch.long)
-    for b, (p, c) in enumerate(zip(prompts, completions)):
-        input_ids[b, :len(p) + len(c)] = torch.tensor(list(p) + list(c), dtype=torch.long)
-        attention_mask[b, :len(p) + len(c)] = 1
-        completion_mask[b, len(p):len(p) + len(c)] = 1
+    L = max(lengths)
+    R = len(prompts)
+    input_ids = torch.full((R, L), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((R, L), dtype=torch.long)
+    completion_mask = torch.zeros((R, L), dtype=torch.long)
+    for r, (p, c) in enumerate(zip(prompts, completions)):
+        input_ids[r, :len(p) + len(c)] = torch.tensor(list(p) + list(c), dtype=torch.long)
+        attention_mask[r, :len(p) + len(c)] = 1
+        completion_mask[r, len(p):len(p) + len(c)] = 1
     return input_ids.to(device), attention_mask.to(device), completion_mask.to(device)
 
 
@@ -75,15 +77,15 @@ class SequenceBatch:
     completion_mask: torch.Tensor
     prompt_index: torch.Tensor
 
-    def rows(self, rows: torch.Tensor) -> "SequenceBatch":
+    def select(self, row_ids: torch.Tensor) -> "SequenceBatch":
         """The sub-batch of these completion rows, with only the prompts they use (a micro-batch)."""
-        used, index = torch.unique(self.prompt_index[rows], return_inverse=True)
+        used, index = torch.unique(self.prompt_index[row_ids], return_inverse=True)
         pmask = self.prompt_mask[used]
-        cmask = self.completion_mask[rows]
+        cmask = self.completion_mask[row_ids]
         p_width = int(pmask.sum(1).max())  # drop columns that are padding in every kept row
         c_width = max(1, int(cmask.sum(1).max()))
         return SequenceBatch(self.prompt_ids[used][:, -p_width:], pmask[:, -p_width:],
-                             self.completion_ids[rows][:, :c_width], cmask[:, :c_width], index)
+                             self.completion_ids[row_ids][:, :c_width], cmask[:, :c_width], index)
 
     def fields(self):
         return self.prompt_ids, self.prompt_mask, self.completion_ids, self.completion_mask, self.prompt_index

@@ -2,10 +2,10 @@
 the shared loop that rolls out blocks of problems, each rank's share of them, its shard file, and the
 merge into the outputs one process writes.
 
-    ranks = join_launch(args)                      # rank 0 of 1 without a distributed launch
-    done = finished_ids(ranks, path)               # records in PATH and in its shards (a --resume)
-    timings = roll_out_share(ranks, problems, done, args.batch_problems, path, roll_out_block)
-    records = finish(ranks, path, problems, engine)  # rank 0: the merged file, in problem order; others: None
+    ranks = join_launch(args)                          # rank 0 of 1 without a distributed launch
+    check_new_or_resumed(ranks, args, settings, path, "or choose another --out")
+    records, timings, engine = roll_out_problems(args, ranks, problems, path, roll_out_block)
+    # records: rank 0, the merged file's records of `problems` in problem order; other ranks: None
 
 The problems are cut into blocks of --batch-problems at fixed positions; a block is seeded by its position
 (never by a rank), so which rank rolls it out changes nothing it samples. The blocks not finished yet are
@@ -26,7 +26,9 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from cobalt_min.generation import find_smollm2_gguf, make_engine
+from cobalt_min import cli
+from cobalt_min.engines import make_engine
+from cobalt_min.generation import model_location
 from cobalt_min.jsonl import append_jsonl, read_jsonl, write_jsonl
 
 
@@ -90,13 +92,39 @@ def join_launch(args) -> Ranks:
     return Ranks(state.process_index, world, local_world, str(state.device), state)
 
 
+def check_new_or_resumed(ranks: Ranks, args, settings: tuple, path: Path, otherwise: str) -> None:
+    """Rank 0, before anything is rolled out: refuse to add to an earlier run's PATH without --resume, and
+    record the settings a --resume must keep (cli.record_settings)."""
+    if not ranks.main:
+        return
+    if finished_records(path) and not args.resume:
+        raise SystemExit(f"error: {path} (or its shards) exists: pass --resume to continue it, {otherwise}")
+    cli.record_settings(path.parent, args, settings, args.resume)
+
+
+def roll_out_problems(args, ranks: Ranks, problems: list, path: Path, roll_out_block) -> tuple:
+    """collect.py's and evaluate.py's loop, whole: problems an earlier run finished are skipped (a --resume),
+    the others rolled out a block at a time on this rank's engine (roll_out_block(engine, workers, position,
+    problems) -> (one record per problem, {seconds: ...})) and appended as each block ends, then merged.
+    Returns (rank 0: the records of `problems` in problem order, other ranks: None; the seconds spent,
+    summed over ranks; the engine, None when nothing was left to roll out)."""
+    done = finished_ids(ranks, path)
+    if done and ranks.main:
+        print(f"resuming: {len(done)} problems already done, {len(problems) - len(done)} to go", file=sys.stderr)
+    engine = make_script_engine(args, ranks) if len(done) < len(problems) else None
+    workers = sandbox_workers(args, ranks)
+    timings = roll_out_share(ranks, problems, done, args.batch_problems, path,
+                             lambda start, block: roll_out_block(engine, workers, start, block))
+    return finish(ranks, path, problems, engine), timings, engine
+
+
 def make_script_engine(args, ranks: Ranks):
     """collect.py's and evaluate.py's engine, from their model flags, on this rank's device."""
     if args.engine == "api" and ranks.world > 1:
         raise SystemExit("error: --engine api runs in one process (the server does the work; --api-concurrency "
                          "sets the requests in flight): launch without torchrun / accelerate")
-    model = find_smollm2_gguf() if args.model == "smollm2" else args.model
-    return make_engine(args.engine, model, thinking=args.thinking, dtype=args.dtype, batch_size=args.gen_batch_size,
+    return make_engine(args.engine, model_location(args.model), thinking=args.thinking, dtype=args.dtype,
+                       batch_size=args.gen_batch_size,
                        tensor_parallel_size=args.tensor_parallel_size, device=ranks.device,
                        gpu_memory_utilization=args.vllm_gpu_memory_utilization, seed=args.seed,
                        max_num_seqs=args.vllm_max_num_seqs, stop_after_code=args.stop_after_code,

@@ -1,11 +1,11 @@
 """Problem sets: the Problem record, loaders for TACO / TACO-Cobalt / LiveCodeBench / our JSONL, and the
-bundled demo set; `python -m cobalt_min.problems clean` runs the paper's TACO cleaning (taco_cleaning.py).
+bundled demo set; `python -m cobalt_min.taco_cleaning` runs the paper's TACO cleaning.
 
     problems = load_problems("demo")                                   # bundled, offline
     problems = load_problems("data/taco_clean.jsonl")                  # our JSONL (or any supported file)
     problems = load_problems("BAAI/TACO", split="test")                # hub: downloads the data files
     problems = load_problems("livecodebench/code_generation_lite", version="v6")
-    python -m cobalt_min.problems clean --input BAAI/TACO --problem-split train --out data/taco_clean.jsonl --dev-out data/taco_dev.jsonl
+    python -m cobalt_min.taco_cleaning --input BAAI/TACO --problem-split train --out data/taco_clean.jsonl --dev-out data/taco_dev.jsonl
 
 Every test set is a TACO `input_output` dict ({"inputs", "outputs", "fn_name"?}) that the sandbox runs
 as is. Bad records are skipped and counted by reason; a report is printed (paper §8).
@@ -25,6 +25,7 @@ import sys
 import zlib
 from pathlib import Path
 
+from cobalt_min.cli import count, distinct, output_file, renamed, source
 from cobalt_min.jsonl import write_jsonl
 
 DATA_DIR = Path(__file__).parent / "data"
@@ -481,6 +482,26 @@ def load_problems(source, *, format: str | None = None, split: str | None = None
     return problems
 
 
+def problem_flags(group, *, required: bool, what: str = "the problems") -> None:
+    """--problems and what chooses among them, the same flags in every script that reads problems."""
+    group.add_argument("--problems", type=source, required=required, default=None,
+                       help=f"{what}: 'demo', a file/folder, or a hub dataset id")
+    group.add_argument("--problem-split", default=None, help="split of the problem source (e.g. test)")
+    group.add_argument("--lcb-version", default="v6",
+                       help="LiveCodeBench release, from the hub or a downloaded folder: v6 (the problems added in "
+                            "release 6: the paper's 175) or release_v6 (all up to 6)")
+    group.add_argument("--start-date", default=None, help="LiveCodeBench: problems from this contest date on "
+                       "(YYYY-MM-DD; the paper's v6 window: 2025-01-01 to 2025-04-30)")
+    group.add_argument("--end-date", default=None, help="LiveCodeBench: problems up to this contest date (YYYY-MM-DD)")
+    group.add_argument("--limit", type=count, default=None, help="the first K problems only")
+
+
+def problems_of(args, **kw) -> list:
+    """The problems the flags of problem_flags ask for."""
+    return load_problems(args.problems, split=args.problem_split, limit=args.limit, version=args.lcb_version,
+                         start_date=args.start_date, end_date=args.end_date, **kw)
+
+
 def _in_dates(row, start, end) -> bool:
     date = str(row.get("contest_date", ""))[:10]
     return (not start or date >= start) and (not end or date <= end)
@@ -510,47 +531,13 @@ def cmd_show(args):
     print(json.dumps({"problems": len(probs), **kinds}))
 
 
-def cmd_clean(args):
-    """The paper's TACO cleaning (taco_cleaning.clean_taco), then an optional dev split, written as our JSONL."""
-    from cobalt_min.taco_cleaning import clean_taco
-    problems = load_problems(args.input, split=args.problem_split, limit=args.limit, format="taco"
-                             if args.input == "BAAI/TACO" else None)
-    cleaned, dropped = clean_taco(problems, min_tests=args.min_tests, max_tests=args.max_tests,
-                                  public_count=args.public, max_solutions=args.max_solutions, seed=args.seed,
-                                  workers=args.workers)
-    print(f"{len(problems)} problems in, {len(cleaned)} kept", file=sys.stderr)
-    for reason, n in dropped.most_common():
-        print(f"  dropped {n}: {reason}", file=sys.stderr)
-    if args.dev_out:
-        rng = random.Random(args.seed)
-        idx = set(rng.sample(range(len(cleaned)), min(args.dev_size, len(cleaned))))
-        save_problems([p for i, p in enumerate(cleaned) if i in idx], args.dev_out)
-        cleaned = [p for i, p in enumerate(cleaned) if i not in idx]
-        print(f"wrote {len(idx)} dev problems to {args.dev_out}", file=sys.stderr)
-    save_problems(cleaned, args.out)
-    print(f"wrote {len(cleaned)} problems to {args.out}", file=sys.stderr)
-
-
 def main(argv=None):
-    from cobalt_min.cli import count, distinct, output_file, renamed
     ap = argparse.ArgumentParser(prog="python -m cobalt_min.problems",
-                                 description="Problem-set tools. `clean`: the paper's TACO cleaning; "
-                                             "`show`: load any source and print a summary; `split`: split a set in two.")
+                                 description="Problem-set tools. `show`: load any source and print a summary; "
+                                             "`split`: split a set in two. (The paper's TACO cleaning: "
+                                             "python -m cobalt_min.taco_cleaning.)")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    c = sub.add_parser("clean", help="clean TACO as the paper does and write our JSONL")
-    c.add_argument("--input", required=True, help="TACO source: BAAI/TACO, a folder of .arrow shards, or rows")
-    c.add_argument("--problem-split", default=None, help="split of the source to read (train or test)")
-    renamed(c, "--split", "is now --problem-split, as in every script")
-    c.add_argument("--out", type=output_file, required=True, help="output JSONL (the training set)")
-    c.add_argument("--dev-out", type=output_file, default=None, help="also write a dev split here (as TACO-Dev)")
-    c.add_argument("--dev-size", type=count, default=250, help="problems in the dev split (default 250)")
-    c.add_argument("--min-tests", type=count, default=8, help="drop problems with fewer tests (default 8)")
-    c.add_argument("--max-tests", type=count, default=20, help="keep at most this many tests (default 20)")
-    c.add_argument("--public", type=count, default=PUBLIC_TESTS, help="public tests per problem (default 4)")
-    c.add_argument("--max-solutions", type=count, default=16, help="reference solutions tried (default 16)")
-    c.add_argument("--limit", type=count, default=None, help="read at most this many problems")
-    c.add_argument("--workers", type=count, default=None, help="sandbox workers (default: one per CPU)")
-    c.add_argument("--seed", type=int, default=0)
+    sub.add_parser("clean", help="moved: python -m cobalt_min.taco_cleaning (the same flags)", add_help=False)
     s = sub.add_parser("show", help="load a source and print counts")
     s.add_argument("source")
     s.add_argument("--format", default=None, choices=sorted(PARSERS))
@@ -564,12 +551,13 @@ def main(argv=None):
     sp.add_argument("--heldout-out", type=output_file, required=True)
     sp.add_argument("--seed", type=int, default=0)
     sp.add_argument("--difficulty", default=None, help="keep only problems of this difficulty (e.g. 'very easy function')")
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["clean"]:
+        ap.error("`clean` has moved: python -m cobalt_min.taco_cleaning " + " ".join(argv[1:]) + " (the same flags)")
     args = ap.parse_args(argv)
     if args.cmd == "split":
         distinct(ap, source=args.source, **{"--train-out": args.train_out, "--heldout-out": args.heldout_out})
-    if args.cmd == "clean":
-        distinct(ap, **{"--input": args.input, "--out": args.out, "--dev-out": args.dev_out})
-    {"split": cmd_split, "show": cmd_show, "clean": cmd_clean}[args.cmd](args)
+    {"split": cmd_split, "show": cmd_show}[args.cmd](args)
 
 if __name__ == "__main__":
     main()

@@ -12,7 +12,7 @@ about edge cases (the hidden tests); the conversation goes on.
 import json
 import re
 
-from cobalt_min.sandbox_types import OUT_OF_TIME
+from cobalt_min.sandbox import OUT_OF_TIME
 
 SYSTEM_PROMPT = """You are a careful, helpful Python programming assistant. Solve the user's coding problem.
 

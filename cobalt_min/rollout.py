@@ -65,11 +65,11 @@ def run_turn_programs(programs: list, problems: list, feedback_tests: list, *, s
 
 
 # The user turn after a program the sandbox failed on (an infrastructure failure): the conversation it ends
-# is left out of every score (lost_conversations); it goes on only so that training's batches keep their shape.
+# is left out of every score (set_apart_lost); it goes on only so that training's batches keep their shape.
 NO_VERDICT = {"role": "user", "content": "The tests could not be run this time. Please write your program again."}
 
 
-def lost_conversations(record: dict) -> dict:
+def set_apart_lost(record: dict) -> dict:
     """A problem's record with the conversations the sandbox failed on (an `infra_error`: no verdict) moved
     from `samples` to `infra_failed`: they are counted apart, never scored (collect.py, evaluate.py)."""
     lost = [tr for tr in record["samples"] if tr.get("infra_error")]
@@ -80,7 +80,7 @@ def lost_conversations(record: dict) -> dict:
 
 def scored_records(records: list) -> tuple[list, int]:
     """(the records that keep a scored conversation, the conversations left out: infra_errors), from records
-    made by lost_conversations."""
+    made by set_apart_lost."""
     return [r for r in records if r["samples"]], sum(len(r.get("infra_failed", [])) for r in records)
 
 
@@ -121,6 +121,24 @@ def sample_turn(engine, convs: list, live: list, t: int, *, samples: int, temper
     return prompts, {key: out[0] for key, out in zip(live, outs)}
 
 
+def execute_turn(responses: list, problems: list, feedback_tests: list, *, thinking: bool, grader, workers):
+    """Run a turn's responses, one sandbox batch: (programs, scored programs, verdicts: run_turn_programs').
+    Feedback runs the program of the whole response; scores (pass rates, Pass@1) run the program of the
+    response as kept in the conversation (thinking models: after </think>, cut to prompts.HISTORY_CHARS
+    characters), as the authors score their stored conversations. The two differ only for thinking models."""
+    programs = [extract_code(r) for r in responses]
+    scored = [extract_code(history_text(r, thinking)) for r in responses] if thinking else programs
+    return programs, scored, run_turn_programs(programs, problems, feedback_tests, scored_programs=scored,
+                                               grader=grader, workers=workers)
+
+
+def learning_fields(prompt_ids: list, completion, verdict: dict | None, problem) -> dict:
+    """What online multi-turn training learns on from a turn (rollout's keep_tokens): the prompt as the model
+    saw it, the sampled tokens, whether they ended by themselves, and the verdict on each true test."""
+    return {"prompt_ids": prompt_ids, "token_ids": completion.token_ids, "finished": completion.finished,
+            "tests_passed": verdict.get("tests_passed") if verdict else [False] * len(problem.all_tests()["inputs"])}
+
+
 def rollout(problems: list, engine, *, samples: int, feedback_turns: int, temperature: float = 0.6, top_p: float = 0.95,
             max_new_tokens: int = 8192, seed: int | list[int] = 0, thinking: bool = False,
             stop_on_public_pass: bool = False, grader=None, workers=None, feedback_tests: list | None = None,
@@ -128,12 +146,10 @@ def rollout(problems: list, engine, *, samples: int, feedback_turns: int, temper
     """Run `samples` conversations per problem for turn 0 plus `feedback_turns` feedback turns (a script's
     --turns counts programs: feedback_turns = turns - 1).
 
-    feedback_tests: per problem, the public tests whose results the model sees (default: its public
-    tests; perturb.py passes perturbed ones). Scores always use the problem's true tests. grader: whose
-    verdict rules (graders.py; None: the authors').
-    keep_tokens: each turn's record also holds the prompt as the model saw it (`prompt_ids`) and the
-    sampled tokens (`token_ids`, `finished`) and the verdict on each true test (`tests_passed`): what online
-    multi-turn training (train.py --method grpo-mt, verpo-mt) learns on.
+    feedback_tests: per problem, the public tests whose results the model sees (default: its public tests;
+    perturbed ones under perturbation). Scores always use the true tests. grader: graders.py's (None: the authors').
+    keep_tokens: each turn's record also holds what online multi-turn training (train.py --method grpo-mt,
+    verpo-mt) learns on (learning_fields).
     seed: an int (the call's), or one seed per problem (train.py: by the problem's position in the global
     batch, so that a conversation does not depend on the number of ranks; sample_turn says how it is used).
     Returns (trajectories, timings): trajectories[i][s] is the record of problem i, sample s."""
@@ -154,19 +170,15 @@ def rollout(problems: list, engine, *, samples: int, feedback_turns: int, temper
                                            top_p=top_p, max_new_tokens=max_new_tokens, seed=seed)
         timings["generate_s"] += time.perf_counter() - start
         for (i, s), c in completions.items():  # a request that failed after its retries (the API engine): no
-            if c.error:                         # program to score, the conversation is lost (lost_conversations)
+            if c.error:                         # program to score, the conversation is lost (set_apart_lost)
                 trajs[i][s].update(infra_error=c.error, stopped=True)
         live = [key for key in live if not completions[key].error]
         responses = {key: completions[key].text for key in live}
         # ------------------------------------------------------------ execute: one sandbox batch per turn
         start = time.perf_counter()
-        # Feedback runs the program of the whole response; scores (pass rates, Pass@1) run the program of
-        # the response as kept in the conversation (thinking models: after </think>, cut to 6000 characters),
-        # as the authors score their stored conversations. The two differ only for thinking models.
-        programs = [extract_code(responses[key]) for key in live]
-        scored = [extract_code(history_text(responses[key], thinking)) for key in live] if thinking else programs
-        verdicts = run_turn_programs(programs, [problems[i] for i, _ in live], [feedback_tests[i] for i, _ in live],
-                                  scored_programs=scored, grader=grader, workers=workers)
+        programs, scored, verdicts = execute_turn([responses[key] for key in live], [problems[i] for i, _ in live],
+                                                  [feedback_tests[i] for i, _ in live], thinking=thinking,
+                                                  grader=grader, workers=workers)
         timings["execute_s"] += time.perf_counter() - start
         # ------------------------------------------------------------ record, give feedback
         for (i, s), program, scored_program, v in zip(live, programs, scored, verdicts):
@@ -176,17 +188,14 @@ def rollout(problems: list, engine, *, samples: int, feedback_turns: int, temper
                 message = feedback_message(v["feedback_results"] if v else None, feedback_tests[i], grader.timeout_s)
             record = turn_record(t, responses[(i, s)], program, scored_program, v, message)
             if keep_tokens:
-                record.update(prompt_ids=prompts[(i, s)], token_ids=completions[(i, s)].token_ids,
-                              finished=completions[(i, s)].finished,
-                              tests_passed=v.get("tests_passed") if v else [False] * len(problems[i].all_tests()["inputs"]))
+                record.update(learning_fields(prompts[(i, s)], completions[(i, s)], v, problems[i]))
             trajs[i][s]["turns"].append(record)
             convs[i][s] = convs[i][s] + [{"role": "assistant", "content": history_text(responses[(i, s)], thinking)},
                                          message]
-            if stop_on_public_pass and v and v.get("feedback_results") and all(r.passed for r in v["feedback_results"]):
-                trajs[i][s]["stopped"] = True
+            shown = (v or {}).get("feedback_results")
+            trajs[i][s]["stopped"] = stop_on_public_pass and bool(shown) and all(r.passed for r in shown)
         bar.update(1)
     bar.close()
-    for i in range(len(problems)):
-        for s in range(samples):
-            trajs[i][s]["messages"] = convs[i][s]
+    for i, s in [(i, s) for i in range(len(problems)) for s in range(samples)]:
+        trajs[i][s]["messages"] = convs[i][s]
     return trajs, timings

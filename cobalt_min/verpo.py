@@ -1,7 +1,7 @@
 """VeRPO-MT's rewards and advantages: the paper's second online multi-turn baseline (VeRPO, arXiv
 2601.03525, section 4; docs/departures.md says where this follows COBALT's environment instead).
 
-A group is the N conversations rolled out for one problem; conversation i has L_i <= T turns, and turn t of
+A group is the G conversations rolled out for one problem; conversation i has L_i <= T turns, and turn t of
 it passes test j of the problem's m tests (p[i,t,j] = 1) or not. Nothing here knows about models or
 sandboxes: it takes those verdicts and returns what train.py would multiply the log-ratios with.
 
@@ -23,7 +23,7 @@ import torch
 ALPHA, GAMMA, BETA, EPS = 2.0, 0.95, 1.0, 1e-6  # the paper's alpha, gamma and beta; eps is not given there
 
 
-def test_weights(passes: torch.Tensor, alpha: float = ALPHA, eps: float = EPS) -> torch.Tensor:
+def weights_per_test(passes: torch.Tensor, alpha: float = ALPHA, eps: float = EPS) -> torch.Tensor:
     """passes (M, m): the verdicts of every turn of a group (rows) on every test (columns) -> w' (m,)."""
     p = passes.float()
     rho = p.mean(0)
@@ -39,17 +39,17 @@ def test_weights(passes: torch.Tensor, alpha: float = ALPHA, eps: float = EPS) -
 
 def group_advantages(passes: torch.Tensor, lengths: torch.Tensor, alpha: float = ALPHA, gamma: float = GAMMA,
                      beta: float = BETA, eps: float = EPS) -> dict:
-    """One group: passes (N, T, m) verdicts (rows past a conversation's length are ignored), lengths (N,)
-    the L_i. Returns weights (m,), turn_rewards (N, T), outcomes (N,) = Rtil, and advantages (N, T); the
-    entries past L_i are 0."""
-    N, T, m = passes.shape
-    valid = torch.arange(T)[None, :] < lengths[:, None]  # (N, T)
+    """One group: passes (G, T, m) verdicts of G conversations, T turns, m tests (turns past a conversation's
+    length are ignored), lengths (G,) the L_i. Returns weights (m,), turn_rewards (G, T), outcomes (G,) =
+    Rtil, and advantages (G, T); the entries past L_i are 0."""
+    G, T, m = passes.shape
+    valid = torch.arange(T)[None, :] < lengths[:, None]  # (G, T)
     p = passes.float() * valid[:, :, None]
-    weights = test_weights(p[valid], alpha, eps)
+    weights = weights_per_test(p[valid], alpha, eps)
     turn_rewards = (p @ weights) * valid
     M = valid.sum()
     a_turn = (turn_rewards - turn_rewards.sum() / M) * valid
-    last = p[torch.arange(N), (lengths - 1).clamp(min=0)]  # (N, m): each conversation's last turn
+    last = p[torch.arange(G), (lengths - 1).clamp(min=0)]  # (G, m): each conversation's last turn
     solved = (last.sum(1) == m) & (lengths > 0)
     outcomes = solved.float() * gamma ** lengths.float()
     a_traj = outcomes - outcomes.mean()

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from cobalt_min import cli
 from cobalt_min.jsonl import read_jsonl, write_jsonl
+from cobalt_min.problems import problem_flags, problems_of
 from cobalt_min.prompts import ALL_PUBLIC_PASSED, NO_CODE, feedback_message, first_turn_messages, history_text
 from cobalt_min.sandbox import run_batch
 
@@ -118,7 +119,7 @@ def repair_demonstrations(problems: list, records: list, guess_of, *, style: str
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=cli.HelpFormatter)
-    cli.problem_flags(ap, required=True, what="the warm-up problems (each with a reference solution)")
+    problem_flags(ap, required=True, what="the warm-up problems (each with a reference solution)")
     ap.add_argument("--attempts", default=None,
                     help="an evaluate.py or collect.py run on these problems: its first attempts that fail")
     ap.add_argument("--no-guesses", action="store_true", help="leave out the hand-written wrong guesses")
@@ -128,7 +129,7 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0, help="which own attempts are kept, and the order")
     ap.add_argument("--out", type=cli.output_file, required=True, help="the demonstrations (JSONL)")
     args = ap.parse_args(argv)
-    problems = cli.problems_of(args)
+    problems = problems_of(args)
     records = []
     if args.attempts:
         name = "trajectories.jsonl" if (Path(args.attempts) / "trajectories.jsonl").exists() else "raw.jsonl"

@@ -14,12 +14,12 @@ from torch.distributed.tensor import DTensor
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from accelerate import Accelerator  # noqa: E402
 
-from cobalt_min.checkpoint import save_final_policy  # noqa: E402
 from cobalt_min.cli import end_rank  # noqa: E402
 from cobalt_min.generation import load_model  # noqa: E402
 from cobalt_min.logprobs import LogprobModel, pack_groups  # noqa: E402
-from cobalt_min.sharding import (broadcast_from_rank0, fill_from_rank0, full_norm, full_weights,  # noqa: E402
-                                 shard_model)
+from cobalt_min.training.checkpoint import save_final_policy  # noqa: E402
+from cobalt_min.training.sharding import (broadcast_from_rank0, fill_from_rank0, full_norm,  # noqa: E402
+                                          full_weights, shard_model)
 
 accelerator = Accelerator(cpu=True)
 assert accelerator.num_processes == 2 and dist.get_world_size() == 2
@@ -37,7 +37,7 @@ for model in (policy, ref):
 # 2. Log-probs and their gradients equal the unsharded model's (each rank its own rows, as in train.py).
 batch = pack_groups([[5, 6, 7, 8], [9, 10]], [[11, 12, 13], [14], [15, 16], [17, 18, 19, 20]], [0, 0, 1, 1], 0)
 rows = torch.arange(dist.get_rank(), 4, 2)
-mine = batch.rows(rows)
+mine = batch.select(rows)
 logp = policy(*mine.fields(), 0.7)
 want = LogprobModel(plain, chunk_tokens=5)(*mine.fields(), 0.7)
 assert torch.allclose(logp, want, atol=1e-5), (logp, want)
@@ -46,7 +46,7 @@ with torch.no_grad():
 # A no-gradient forward leaves FSDP2's root unit (embeddings, LM head) gathered; learner.batched_logprobs
 # gives its shards back (the reference would otherwise hold them all run long).
 assert not all(isinstance(p, DTensor) for p in ref.parameters())
-from cobalt_min.learner import batched_logprobs  # noqa: E402
+from cobalt_min.training.learner import batched_logprobs  # noqa: E402
 assert torch.allclose(batched_logprobs(ref, mine, 0.7, [torch.arange(len(rows))]), want, atol=1e-5)
 assert all(isinstance(p, DTensor) for p in ref.parameters())
 logp.sum().backward()  # FSDP averages the ranks' gradients: that of the whole batch's sum / 2

@@ -14,14 +14,14 @@ import cobalt_min.prompts  # noqa: E402  (patched before anything imports what i
 
 if os.environ["FAULT"] == "sandbox":
     cobalt_min.prompts.extract_code = lambda text: "print(1)"
-    import cobalt_min.sandbox  # noqa: E402
-    real_run_batch = cobalt_min.sandbox.run_batch
+    import cobalt_min.sandbox.verdicts  # noqa: E402  (where run_programs calls run_batch)
+    real_run_batch = cobalt_min.sandbox.verdicts.run_batch
 
     def failing_run_batch(jobs, **kw):
         results = real_run_batch(jobs, **kw)
         results[0] = cobalt_min.sandbox.InfraFailure("the sandbox runner died (injected by tests/inject_fault.py)")
         return results
-    cobalt_min.sandbox.run_batch = failing_run_batch
+    cobalt_min.sandbox.verdicts.run_batch = failing_run_batch
 elif os.environ["FAULT"] == "rank" and os.environ["RANK"] == os.environ["FAIL_RANK"]:
     import cobalt_min.rollout  # noqa: E402
     real_rollout, calls = cobalt_min.rollout.rollout, []

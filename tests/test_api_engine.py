@@ -16,7 +16,7 @@ pytest.importorskip("openai")
 sys.path.insert(0, os.path.dirname(__file__))
 from fake_openai import FakeOpenAI  # noqa: E402
 
-from cobalt_min.api_engine import APIEngine  # noqa: E402
+from cobalt_min.engines.api import APIEngine  # noqa: E402
 from cobalt_min.problems import load_problems  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

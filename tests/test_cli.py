@@ -45,8 +45,9 @@ BAD = [
     ("collect", COLLECT + ["--trajectories", "0"], "--trajectories"),
     ("perturb", ["augment", "--trajectories", "MISSING.jsonl", "--problems", "demo", "--out", "x.jsonl"],
      "--trajectories: MISSING.jsonl does not exist"),
-    ("cobalt_min.sandbox", ["p.py", "t.json", "--timeout", "0"], "--timeout"),
-    ("cobalt_min.sandbox", ["p.py", "t.json", "--memory-mb", "0"], "--memory-mb"),
+    ("cobalt_min.sandbox.__main__", ["p.py", "t.json", "--timeout", "0"], "--timeout"),
+    ("cobalt_min.sandbox.__main__", ["p.py", "t.json", "--memory-mb", "0"], "--memory-mb"),
+    ("cobalt_min.taco_cleaning", ["--input", "x.jsonl", "--out", "y.jsonl", "--dev-size", "0"], "--dev-size"),
     # A mistyped local path is not tried as a hub id (a minute of retries, then an unrelated error).
     ("evaluate", ["--model", "runs/final", "--problems", "demo", "--out", "o"], "--model: runs/final does not exist"),
     ("train", ["--model", "./smol", "--contexts", "c.jsonl", "--out", "o"], "--model: ./smol does not exist"),

@@ -58,7 +58,7 @@ def test_rows_train_only_the_assistant_tokens_of_each_turn():
     first = [1, 2, 3]
     trajs = [[{"turns": [turn(first, [10, 11], "p", 0.0), turn(first + [10, 11, 90, 91], [12], "p", 1.0)]},
               {"turns": [turn(first, [20], None, 0.0), turn(first + [20, 92, 93], [21, 22, 23], "p", 0.5)]}]]
-    prompts, rows, prompt_of = grpo_mt.rows(trajs)
+    prompts, rows, prompt_of = grpo_mt.turn_rows(trajs)
     assert prompts == [first, first + [10, 11, 90, 91], first + [20, 92, 93]]  # the shared first prompt once
     assert prompt_of == [0, 1, 0, 2]
     assert [r.token_ids for r in rows] == [[10, 11], [12], [20], [21, 22, 23]]

@@ -66,7 +66,8 @@ def test_evaluate_leaves_a_conversation_the_sandbox_failed_on_out_of_pass_at_1(f
               "demo/reverse-string": {"samples": [[code(rev, 0)] * 2, [code("print(input())", 1)] * 2]}}
     for p in probs:
         script[p.id]["question"] = p.question
-    monkeypatch.setattr(evaluate, "make_script_engine", lambda args, ranks: ReplayEngine(script))
+    from cobalt_min import problem_shards
+    monkeypatch.setattr(problem_shards, "make_script_engine", lambda args, ranks: ReplayEngine(script))
     problems = tmp_path / "problems.jsonl"
     problems.write_text("".join(json.dumps({"id": p.id, "question": p.question, "public_tests": p.public_tests,
                                             "hidden_tests": p.hidden_tests}) + "\n" for p in probs))

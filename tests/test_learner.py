@@ -1,4 +1,4 @@
-"""learner.py: the frozen reference keeps the policy's buffers, a non-finite gradient skips the optimizer step,
+"""training/learner.py: the frozen reference keeps the policy's buffers, a non-finite gradient skips the optimizer step,
 micro-batches by tokens keep a context's rows together and every rank runs as many."""
 import torch
 
@@ -6,7 +6,7 @@ import torch
 def test_the_frozen_reference_keeps_the_policys_buffers(tiny_model_dir):
     # Parameters in the compute dtype, buffers (the rotary inv_freq, float32) exactly as the policy's.
     from cobalt_min.generation import load_model
-    from cobalt_min.learner import frozen
+    from cobalt_min.training.learner import frozen
     _, policy = load_model(tiny_model_dir, dtype=torch.float32, trainable=True)
     ref = frozen(policy, torch.bfloat16)
     buffers = dict(policy.named_buffers())
@@ -20,7 +20,7 @@ def test_the_frozen_reference_keeps_the_policys_buffers(tiny_model_dir):
 def test_an_optimizer_step_with_a_non_finite_gradient_is_skipped():
     # One NaN in a gradient would make every weight NaN for good: the step is skipped, the gradients cleared,
     # the weights and the optimizer's state untouched; a finite gradient steps as usual.
-    from cobalt_min.learner import optimizer_step
+    from cobalt_min.training.learner import optimizer_step
     torch.manual_seed(0)
     model = torch.nn.Linear(3, 2)
     opt = torch.optim.AdamW(model.parameters(), lr=0.1)
@@ -37,7 +37,7 @@ def test_an_optimizer_step_with_a_non_finite_gradient_is_skipped():
 
 def test_micro_batches_by_tokens_keep_a_contexts_rows_together():
     import types
-    from cobalt_min.learner import micro_batches
+    from cobalt_min.training.learner import micro_batches
     from cobalt_min.logprobs import pack_groups
     prompts = [[5] * 10, [6] * 3, [7] * 50]
     lengths = [5, 5, 5, 2, 2, 4, 4, 4]  # contexts 0, 0, 0, 1, 1, 2, 2, 2

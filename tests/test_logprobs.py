@@ -51,7 +51,7 @@ def test_completion_logprobs_with_shared_prompts_equal_the_definition(share_prom
     batch = pack_groups(prompts, completions, index, pad_id=0)
     assert batch.prompt_mask.tolist() == [[1] * 5, [0, 0, 0, 1, 1]]  # prompts left-padded
     for rows in (torch.arange(6), torch.tensor([4, 1, 5])):
-        sub = batch.rows(rows)
+        sub = batch.select(rows)
         weights = torch.randn(sub.completion_ids.shape) * sub.completion_mask  # (r, C)
         ids, att, comp = pack_sequences([prompts[index[r]] for r in rows], [completions[r] for r in rows], pad_id=0)
 

@@ -1,7 +1,8 @@
-"""Metrics (paper §6) against hand-computed values: pass@k, the paired change over problems, the reward trend."""
+"""Metrics (paper §6) against hand-computed values: pass@k, Pass@1 per turn with its gain over turn 0, repair and
+break rates, the paired change over problems, the reward trend."""
 import pytest
 
-from cobalt_min.metrics import pass_at_k
+from cobalt_min.metrics import format_table, pass_at_k, summarize
 
 
 def test_pass_at_k():
@@ -37,3 +38,29 @@ def test_paired_change_and_reward_trend_by_hand():
     trend = reward_trend([{"reward_mean": r} for r in (-0.5, -0.3, 0.0, 0.1, 0.2, 0.3, 0.4, 0.6)])
     assert trend["quarter"] == 2 and trend["first_quarter"] == pytest.approx(-0.4)
     assert trend["last_quarter"] == pytest.approx(0.5) and trend["rise"] == pytest.approx(0.9)
+
+
+def test_pass_at_1_per_turn_gain_repairs_and_breaks_by_hand():
+    # Two problems x two conversations x three turns, as test_rollout.py's scripted rollout gives them:
+    # sum-two s0 fails, passes, fails; s1 passes, fails, fails; reverse-string s0 always passes, s1 never.
+    def sample(hidden):
+        return {"turns": [{"hidden_pass_rate": h, "pass_rate": h} for h in hidden]}
+    records = [{"problem_id": "sum-two", "samples": [sample([0.0, 1.0, 0.0]), sample([1.0, 0.0, 0.0])]},
+               {"problem_id": "reverse-string", "samples": [sample([1.0] * 3), sample([0.0] * 3)]}]
+    summary = summarize(records, 3)
+    assert summary["pass@1"] == pytest.approx([50.0, 50.0, 25.0])
+    assert summary["change_points"] == pytest.approx([0, 0, -25.0])
+    # What feedback did, conversations pooled: turn 1 repaired sum-two s0 (of sum s0, reverse s1 failing)
+    # and broke sum-two s1 (of sum s1, reverse s0 passing); turn 2 repaired nothing and broke sum-two s0.
+    assert summary["turn_changes"] == [
+        {"turn": 1, "failing_before": 2, "repaired": 1, "repair_rate": 50.0, "passing_before": 2, "broken": 1,
+         "break_rate": 50.0},
+        {"turn": 2, "failing_before": 2, "repaired": 0, "repair_rate": 0.0, "passing_before": 2, "broken": 1,
+         "break_rate": 50.0}]
+    # Gain over turn 0 paired over problems: sum-two 50 -> 50 -> 0, reverse 50 throughout; at turn 2 the
+    # changes are -50 and 0: mean -25, sample std 35.36, standard error 35.36 / sqrt(2) = 25.
+    assert [g["gain"] for g in summary["gain_over_turn0"]] == pytest.approx([0.0, 0.0, -25.0])
+    assert [g["se"] for g in summary["gain_over_turn0"]] == pytest.approx([0.0, 0.0, 25.0])
+    table = format_table(summary)
+    assert "1/2 (50%)" in table and "-25.00 (25.00)" in table
+    assert summary["pass@k_turn0"][2] == pytest.approx(100.0)

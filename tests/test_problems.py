@@ -1,5 +1,5 @@
 """Problem sets: the bundled demo set (executed), each loader on fixtures written in the exact real
-formats, skip reasons, clear errors, the hub path after the download, and the TACO cleaning rules."""
+formats, skip reasons, clear errors, the hub path after the download. (The TACO cleaning: test_taco_cleaning.py.)"""
 import base64
 import collections
 import json
@@ -286,44 +286,6 @@ def test_hub_sources_download_the_right_files(tmp_path, monkeypatch):
     probs = P.load_problems("livecodebench/code_generation_lite", version="v6", verbose=False)
     assert asked == [("livecodebench/code_generation_lite", "test6.jsonl", "dataset")] and len(probs) == 2
     assert P._lcb_files("release_v3") == ["test.jsonl", "test2.jsonl", "test3.jsonl"]
-
-
-# ----------------------------------------------------------------------------- cleaning
-
-
-def test_taco_cleaning_rules():
-    from cobalt_min.taco_cleaning import clean_taco
-    good = "a, b = map(int, input().split())\nprint(a + b)\n"
-    wrong = "print(0)\n"
-    long_q = "Read two integers a and b and print their sum a + b. " * 5
-
-    def prob(pid, n_tests=10, question=long_q, solutions=(good,)):
-        tests = {"inputs": [f"{k} {k}\n" + " " * (k % 7) for k in range(n_tests)],
-                 "outputs": [f"{2 * k}\n" for k in range(n_tests)]}
-        pub, hid = P.split_tests(tests, 4)
-        return P.Problem(pid, question, pub, hid, solutions=list(solutions))
-
-    many = prob("many", n_tests=30)
-    inputs = many.all_tests()["inputs"]
-    longest_first = sorted(range(len(inputs)), key=lambda i: len(inputs[i]), reverse=True)  # (stable, as theirs)
-    probs = [prob("ok"), prob("short", question="Sum them."), prob("img", question=long_q + " see image below"),
-             prob("few", n_tests=7), many, prob("late-right", solutions=(wrong, wrong, good)),
-             prob("none-right", solutions=(wrong,)), prob("no-solution", solutions=())]
-    kept, dropped = clean_taco(probs, seed=1, progress=False)
-    assert sorted(p.id for p in kept) == ["late-right", "many", "ok"]
-    assert dropped == {"question under 100 alphanumeric characters": 1, "question with an image": 1,
-                       "fewer than 8 tests": 1, "no reference solution passes all tests": 1,
-                       "no reference solution": 1}
-    m = next(p for p in kept if p.id == "many")
-    kept_inputs = m.all_tests()["inputs"]
-    assert len(m.public_tests["inputs"]) == 4 and len(kept_inputs) == 20
-    # the authors' selection and order: the 5 shortest, then the 15 longest, longest first; first 4 public
-    assert kept_inputs == [inputs[i] for i in longest_first[-5:] + longest_first[:15]]
-    ok = next(p for p in kept if p.id == "ok")
-    assert ok.all_tests() == next(p for p in probs if p.id == "ok").all_tests()  # source order, no shuffle
-    assert next(p for p in kept if p.id == "late-right").solutions[0] == good  # the verified one first
-    again, _ = clean_taco(probs, seed=1, progress=False)
-    assert [p.to_dict() for p in again] == [p.to_dict() for p in kept]  # seeded: deterministic
 
 
 def test_split_by_difficulty_is_disjoint_and_complete(tmp_path, capsys):

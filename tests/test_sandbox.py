@@ -72,7 +72,8 @@ def test_nonzero_exits_are_runtime_errors(isolation):
     assert r.stderr.startswith('  File "solution.py", line 1\n') and "<string>" not in r.stderr  # as python prints it
     [r] = run_tests("x = 1\nraise ValueError('boom')\n", {"inputs": ["\n"], "outputs": ["\n"]}, isolation=isolation)
     assert "ValueError: boom" in r.stderr and 'File "solution.py", line 2' in r.stderr
-    assert "sandbox_runner" not in r.stderr and "<string>" not in r.stderr  # only the program's frames
+    assert "runner.py" not in r.stderr and "jail.py" not in r.stderr  # only the program's frames
+    assert "<string>" not in r.stderr
 
 
 def test_every_test_starts_from_fresh_state(isolation):
@@ -364,7 +365,7 @@ CALL_OK = "def add(a, b):\n    return a + b\n"
 def test_a_grader_failure_is_an_error_never_a_verdict(monkeypatch, failures):
     # A failure of the sandbox itself while judging a program (here a bug in the grader) is never scored: the
     # program is judged again in a fresh sandbox, and a second failure stops the batch with a SandboxError.
-    import cobalt_min.sandbox as sandbox_module
+    import cobalt_min.sandbox.verdicts as sandbox_module  # where run_batch calls grade_test
     real_grade = sandbox_module.grade_test
     failed = []
 
@@ -395,7 +396,7 @@ def test_honest_programs_with_many_threads_fit_the_memory_limit(isolation):
 
 
 def test_auto_refuses_an_unsafe_mode_and_says_how_to_opt_in(monkeypatch):
-    import cobalt_min.sandbox_isolation as sandbox_module  # where the isolation policy lives
+    import cobalt_min.sandbox.isolation as sandbox_module  # where the isolation policy lives
     monkeypatch.setattr(sandbox_module, "bwrap_available", lambda: False)
     monkeypatch.setattr(sandbox_module.os, "geteuid", lambda: 1000)  # a user without root
     monkeypatch.delenv(sandbox_module.UNSAFE_ENV, raising=False)
@@ -433,7 +434,7 @@ def test_uid_leases_are_machine_wide_whatever_tmpdir(tmp_path):
     import os
     if os.geteuid() != 0:
         pytest.skip("uid leases are for a root grader")
-    code = ("import sys, time\nfrom cobalt_min.sandbox_isolation import UidLease\nlease = UidLease()\n"
+    code = ("import sys, time\nfrom cobalt_min.sandbox.isolation import UidLease\nlease = UidLease()\n"
             "print(lease.uid, flush=True)\nsys.stdin.read()\n")
     procs = []
     for name in ("a", "b"):
@@ -450,7 +451,7 @@ def test_uid_leases_are_machine_wide_whatever_tmpdir(tmp_path):
 
 
 def test_the_scratch_folder_is_emptied_whatever_its_depth_and_modes(tmp_path):
-    from cobalt_min.sandbox_jail import empty_folder
+    from cobalt_min.sandbox.jail import empty_folder
     import os
     here = os.getcwd()
     try:
@@ -472,7 +473,7 @@ def test_the_scratch_folder_is_emptied_whatever_its_depth_and_modes(tmp_path):
 def test_the_programs_folder_holds_nothing_but_their_files(isolation):
     # A checkout or venv under /tmp is bound into the sandbox: its mount point must never sit in the
     # programs' folder (it showed there, and no clean-up could remove it).
-    from cobalt_min.sandbox_isolation import scratch_folder
+    from cobalt_min.sandbox.isolation import scratch_folder
     assert scratch_folder(["/usr/lib/python3.11", "/root/.venv"]) == "/tmp"
     assert scratch_folder(["/tmp/ci/.venv", "/usr/lib/python3.11"]) == "/scratch"
     assert scratch_folder(["/tmp/a", "/scratch/b"]) == "/cobalt-scratch"
@@ -530,7 +531,7 @@ def test_timeouts_spent_waiting_are_judged_again_alone_where_no_cgroup_bounds_th
     # Without a CPU bound per sandbox a busy neighbour can starve a program: a program with a timeout whose
     # processes used the CPU for less than half its wall time is judged once more after the batch, alone.
     from cobalt_min import sandbox as sandbox_module
-    from cobalt_min.sandbox_types import TestResult
+    from cobalt_min.sandbox import TestResult
     assert sandbox_module.waited_out([TestResult(False, "timeout", time_s=1.2, cpu_s=0.3)])
     assert not sandbox_module.waited_out([TestResult(False, "timeout", time_s=1.2, cpu_s=1.1)])  # busy itself
     assert not sandbox_module.waited_out([TestResult(True, "passed", time_s=0.2, cpu_s=0.0)])

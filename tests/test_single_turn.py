@@ -83,7 +83,8 @@ def test_a_single_turn_batch_by_hand():
     want = [(r - statistics.mean(g)) / (statistics.stdev(g) + 1e-6) for g in rewards for r in g]
     assert batch.advantages.tolist() == pytest.approx(want, rel=1e-5)
     assert batch.prompt_of == [0, 0, 0, 0, 1, 1, 1, 1] and batch.problems == 2 and batch.infra_errors == 0
-    assert [row.text for row in batch.rows] == script["Read n and print 2 * n."] + script["Read a line and print it."]
+    assert [c.text for c in batch.completions] == (script["Read n and print 2 * n."]
+                                                   + script["Read a line and print it."])
 
 
 def st_args(model, problems, out, *extra):

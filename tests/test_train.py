@@ -125,7 +125,7 @@ def test_clear_errors(tiny_model_dir, tmp_path):
     assert proc.returncode != 0 and "does not exist" in proc.stderr
     proc = train(tmp_path / "o6", tiny_model_dir, write_contexts(tmp_path / "c3.jsonl", short=True), "--batch-size", "8")
     assert proc.returncode != 0 and "4 training contexts are fewer than --batch-size 8" in proc.stderr
-    from cobalt_min.vllm_engine import vllm_build
+    from cobalt_min.engines.vllm import vllm_build
     if vllm_build() is None:  # refused at once, before the model loads
         proc = train(tmp_path / "o5", tiny_model_dir, write_contexts(tmp_path / "c2.jsonl", short=True),
                      "--engine", "vllm")
@@ -207,7 +207,7 @@ def test_a_step_without_any_learning_signal_says_so(tiny_model_dir, tmp_path):
 
 
 def test_a_checkpoint_exports_to_a_model_folder_evaluate_can_load(tiny_model_dir, tmp_path):
-    # A checkpoint is each rank's shard: `python -m cobalt_min.checkpoint export` makes it a model folder (the
+    # A checkpoint is each rank's shard: `python -m cobalt_min.training.checkpoint export` makes it a model folder (the
     # last checkpoint of a run equals its final/); given to a loader as it is, it is refused with the command.
     from safetensors.torch import load_file
     from cobalt_min.generation import load_model
@@ -216,11 +216,12 @@ def test_a_checkpoint_exports_to_a_model_folder_evaluate_can_load(tiny_model_dir
                  "--max-steps", "2", "--save-every", "2", "--lr", "1e-2", "--sanity-reward-tokens", target_tokens(tiny_model_dir))
     assert proc.returncode == 0, proc.stderr[-2000:]
     step = tmp_path / "run" / "checkpoints" / "step_2"
-    with pytest.raises(SystemExit, match=r"is a training checkpoint .*`python -m cobalt_min.checkpoint export"):
+    with pytest.raises(SystemExit, match=r"is a training checkpoint .*`python -m cobalt_min.training.checkpoint export"):
         load_model(str(step))
     out = tmp_path / "exported"
-    proc = subprocess.run([sys.executable, "-m", "cobalt_min.checkpoint", "export", str(step), "--model", tiny_model_dir,
-                           "--out", str(out), "--dtype", "float32"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    proc = subprocess.run([sys.executable, "-m", "cobalt_min.training.checkpoint", "export", str(step),
+                           "--model", tiny_model_dir, "--out", str(out), "--dtype", "float32"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     final, exported = load_file(str(tmp_path / "run" / "final" / "model.safetensors")), load_file(str(out / "model.safetensors"))
     start = load_file(f"{tiny_model_dir}/model.safetensors")

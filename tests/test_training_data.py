@@ -1,9 +1,9 @@
-"""training_data.py: perturbed contexts added to the training set (all, or a share), long contexts dropped."""
+"""training/data.py: perturbed contexts added to the training set (all, or a share), long contexts dropped."""
 import pytest
 
 
 def test_perturbed_contexts_given_are_used():
-    from cobalt_min.training_data import drop_long_contexts, mix_perturbed
+    from cobalt_min.training.data import drop_long_contexts, mix_perturbed
     clean, perturbed = [{"c": i} for i in range(6)], [{"p": i} for i in range(4)]
     assert mix_perturbed(clean, perturbed, None, 0) == clean + perturbed  # default: all of them, as the paper
     mixed = mix_perturbed(clean, perturbed, 0.25, 0)  # 2 perturbed : 6 clean

@@ -12,10 +12,10 @@ def rows(*bits):
     return torch.tensor([[int(b) for b in row] for row in bits])
 
 
-def test_the_worked_example_of_the_notes():
-    # 4 single-turn samples, 5 tests (VERPO.md section 5): rho = 1, 1, .5, .5, 0; sigma = 0.1871
+def test_a_worked_example_of_one_turn():
+    # 4 single-turn samples, 5 tests, worked out by hand: rho = 1, 1, .5, .5, 0; sigma = 0.1871
     passes = rows("11110", "11010", "11100", "11000")
-    w = verpo.test_weights(passes)
+    w = verpo.weights_per_test(passes)
     assert w.tolist() == pytest.approx([.06582, .06582, .17650, .17650, .94676], abs=5e-5)
     out = verpo.group_advantages(passes[:, None, :], torch.tensor([1, 1, 1, 1]))
     assert out["turn_rewards"][:, 0].tolist() == pytest.approx([.48463, .30813, .30813, .13163], abs=5e-5)
@@ -46,7 +46,8 @@ def test_turns_past_a_conversations_end_count_nowhere():
     passes = torch.tensor([[[1, 1], [1, 1]], [[0, 0], [0, 1]]])
     out = verpo.group_advantages(passes, torch.tensor([1, 2]))
     # rho over the M = 3 real turns: (1/3, 2/3)
-    assert out["weights"].tolist() == pytest.approx(verpo.test_weights(torch.tensor([[1, 1], [0, 0], [0, 1]])).tolist())
+    expected = verpo.weights_per_test(torch.tensor([[1, 1], [0, 0], [0, 1]]))
+    assert out["weights"].tolist() == pytest.approx(expected.tolist())
     assert out["turn_rewards"][0, 1] == 0 and out["advantages"][0, 1] == 0
     assert out["outcomes"].tolist() == pytest.approx([0.95, 0.0])  # an earlier success decays less
     a_turn = out["advantages"] - (out["outcomes"] - out["outcomes"].mean())[:, None] * torch.tensor([[1, 0], [1, 1]])
@@ -64,7 +65,7 @@ def test_turns_past_a_conversations_end_count_nowhere():
     (rows("101", "010"), [math.exp(-1) / 3] * 3),
 ])
 def test_edge_cases_of_the_weights(passes, expected):
-    assert verpo.test_weights(passes).tolist() == pytest.approx(expected, rel=1e-5)
+    assert verpo.weights_per_test(passes).tolist() == pytest.approx(expected, rel=1e-5)
 
 
 def test_a_group_where_nothing_differs_has_no_advantage():

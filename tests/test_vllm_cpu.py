@@ -12,9 +12,9 @@ import sys
 import pytest
 import torch
 
+from cobalt_min.engines.vllm import VLLMEngine, vllm_build
 from cobalt_min.generation import HFEngine, load_model
-from cobalt_min.vllm_engine import VLLMEngine, vllm_build
-from cobalt_min.sharding import full_weights
+from cobalt_min.training.sharding import full_weights
 from random_model import make_random_chat_model
 from test_train import ROOT, metrics, target_tokens, write_contexts
 

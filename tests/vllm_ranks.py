@@ -1,4 +1,4 @@
-"""Run by tests/test_generation.py under `torchrun --nproc_per_node 2` (gloo, CPU) with the stand-in
+"""Run by tests/test_vllm_engine.py under `torchrun --nproc_per_node 2` (gloo, CPU) with the stand-in
 vllm module first on sys.path: each rank builds its VLLMEngine, samples, and pushes weights, as
 train.py does on every rank. The stand-in records what vLLM was given."""
 import os
@@ -7,9 +7,9 @@ import sys
 import torch.distributed as dist
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from cobalt_min.engines.vllm import VLLMEngine  # noqa: E402
 from cobalt_min.generation import load_model  # noqa: E402
-from cobalt_min.vllm_engine import VLLMEngine  # noqa: E402
-from cobalt_min.sharding import full_weights  # noqa: E402
+from cobalt_min.training.sharding import full_weights  # noqa: E402
 
 model_dir = sys.argv[1]
 dist.init_process_group("gloo")

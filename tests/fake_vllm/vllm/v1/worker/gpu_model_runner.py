@@ -1,5 +1,5 @@
 """Stand-in (tests only): the signature of vLLM's model-runner reload_weights, which
-vllm_engine.check_vllm_api inspects."""
+engines/vllm.py's check_vllm_api inspects."""
 
 
 class GPUModelRunner:

@@ -4,10 +4,10 @@ micro-batches that every rank runs the same number of, the no-gradient log-prob 
 step that skips a non-finite gradient, and the weight push to a sampler holding its own copy. Plumbing:
 nothing here changes what is learned (train.py says what is).
 
-    tokenizer, policy = load_policy(args, accelerator, model_path, dtype)  # under --fsdp: rank 0 reads it
-    learner = make_learner(args, accelerator, model_path, use_vllm, tokenizer, policy, compute_dtype)
+    tokenizer, policy_lm = load_policy(accelerator, model_path, dtype, fsdp)  # under fsdp: rank 0 reads it
+    learner = make_learner(accelerator, model_path, tokenizer, policy_lm, compute_dtype, lr=..., engine="hf", ...)
     completions = sample_from_policy(learner, prompts, n=G, temperature=1.0, ...)  # completions[b][k]
-    plan = micro_batches(sequences, rows, args, accelerator)                       # index tensors
+    plan = micro_batches(sequences, row_ids, args, accelerator)                    # index tensors
     norm = optimizer_step(learner.policy, learner.optimizer, grad_clip)            # None: skipped
 """
 
@@ -21,10 +21,10 @@ from accelerate import Accelerator
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule
 
-from cobalt_min.generation import HFEngine, check_stop_rule, load_model, request_seeds
-from cobalt_min.vllm_engine import VLLMEngine
+from cobalt_min.engines import make_engine
+from cobalt_min.generation import load_model, request_seeds
 from cobalt_min.logprobs import LogprobModel, SequenceBatch, enable_checkpointing
-from cobalt_min.sharding import broadcast_from_rank0, fill_from_rank0, full_norm, full_weights, shard_model
+from cobalt_min.training.sharding import broadcast_from_rank0, fill_from_rank0, full_norm, full_weights, shard_model
 
 
 @dataclasses.dataclass
@@ -54,60 +54,61 @@ def frozen(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
     return copy.deepcopy(model, memo).requires_grad_(False).eval()
 
 
-def load_policy(args, accelerator, model_path: str, dtype: torch.dtype):
-    """(tokenizer, policy) in `dtype`. Under --fsdp on several ranks only rank 0 reads the weights; the others
-    build the model on the meta device (no memory) and make_learner fills their shards from rank 0: host
-    memory for one full copy of the model on rank 0, not one per rank (65 GB per rank for an 8B model)."""
-    meta = args.fsdp and accelerator.num_processes > 1 and not accelerator.is_main_process
+def load_policy(accelerator, model_path: str, dtype: torch.dtype, fsdp: bool):
+    """(tokenizer, policy_lm: the language model to train) in `dtype`. Under --fsdp on several ranks only
+    rank 0 reads the weights; the others build the model on the meta device (no memory) and make_learner
+    fills their shards from rank 0: host memory for one full copy of the model on rank 0, not one per rank
+    (65 GB per rank for an 8B model)."""
+    meta = fsdp and accelerator.num_processes > 1 and not accelerator.is_main_process
     return load_model(model_path, dtype=dtype, trainable=True, meta=meta)
 
 
-def make_learner(args, accelerator, model_path: str, use_vllm: bool, tokenizer, policy, compute_dtype) -> Learner:
-    """Wrap the policy for the ranks (DDP through Accelerate, or FSDP2 shards with --fsdp), make the frozen
-    reference, AdamW at a constant learning rate (as the paper) and the sampler."""
-    if args.gradient_checkpointing:
-        enable_checkpointing(policy)
-    policy.config.use_cache = False
+def make_learner(accelerator, model_path: str, tokenizer, policy_lm, compute_dtype, *, lr: float, weight_decay: float,
+                 kl_coef: float, fsdp: bool, logprob_chunk: int, gradient_checkpointing: bool, engine: str,
+                 engine_options: dict) -> Learner:
+    """Wrap the policy for the ranks: policy_lm in a LogprobModel (Learner.policy; logprob_chunk tokens at a
+    time), through Accelerate's DDP or in FSDP2 shards (fsdp); the frozen reference (only with kl_coef != 0);
+    AdamW at a constant learning rate (as the paper); and the sampler: make_engine(engine, model_path,
+    **engine_options), engine "vllm" (its own copy of the weights) or "hf" (the policy's weights)."""
+    use_vllm = engine == "vllm"
+    if gradient_checkpointing:
+        enable_checkpointing(policy_lm)
+    policy_lm.config.use_cache = False
     # The reference policy (only with a KL term): the initial weights, frozen, computing exactly the policy's
     # function. Under --fsdp both run in the compute dtype (FSDP2 casts the policy's weights to it), so the
     # reference is stored in it; otherwise the policy runs under Accelerate's autocast with float32 weights
     # (a float32 residual stream), and so does the reference: same weights, same arithmetic.
-    ref_lm = frozen(policy, compute_dtype if args.fsdp else policy.dtype) if args.kl_coef != 0.0 else None
+    ref_lm = frozen(policy_lm, compute_dtype if fsdp else policy_lm.dtype) if kl_coef != 0.0 else None
     # Under --fsdp the policy's weights are shards: the transformers engine samples from a full copy.
-    sampler_lm = frozen(policy, compute_dtype) if args.fsdp and not use_vllm else None
-    if args.fsdp:
+    sampler_lm = frozen(policy_lm, compute_dtype) if fsdp and not use_vllm else None
+    if fsdp:
         # Only rank 0 read the weights (load_policy): its full ones fill every rank's shards once sharded.
         many, device = accelerator.num_processes > 1, accelerator.device
         states = [{"lm." + k: v for k, v in lm.state_dict().items()}
-                  if lm is not None and many and accelerator.is_main_process else {} for lm in (policy, ref_lm)]
+                  if lm is not None and many and accelerator.is_main_process else {} for lm in (policy_lm, ref_lm)]
         if sampler_lm is not None:
             sampler_lm = broadcast_from_rank0(sampler_lm, device) if many else sampler_lm.to(device)
         mesh = init_device_mesh(device.type, (accelerator.num_processes,))
-        wrapped = shard_model(LogprobModel(policy, args.logprob_chunk), mesh,
-                              compute_dtype if compute_dtype != policy.dtype else None)
-        ref = shard_model(LogprobModel(ref_lm, args.logprob_chunk), mesh) if ref_lm is not None else None
+        wrapped = shard_model(LogprobModel(policy_lm, logprob_chunk), mesh,
+                              compute_dtype if compute_dtype != policy_lm.dtype else None)
+        ref = shard_model(LogprobModel(ref_lm, logprob_chunk), mesh) if ref_lm is not None else None
         if many:
             for model, state in zip((wrapped, ref), states):
                 if model is not None:
                     fill_from_rank0(model, state, device)
             del states  # (rank 0: the full weights it read go now)
     else:
-        wrapped = accelerator.prepare(LogprobModel(policy, args.logprob_chunk))  # DDP across ranks
+        wrapped = accelerator.prepare(LogprobModel(policy_lm, logprob_chunk))  # DDP across ranks
         # (not prepared: a frozen model needs no gradient sync, and is then not saved in checkpoints)
-        ref = LogprobModel(ref_lm, args.logprob_chunk).to(accelerator.device) if ref_lm is not None else None
-    optimizer = torch.optim.AdamW(wrapped.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+        ref = LogprobModel(ref_lm, logprob_chunk).to(accelerator.device) if ref_lm is not None else None
+    optimizer = torch.optim.AdamW(wrapped.parameters(), lr=lr, weight_decay=weight_decay)
     if use_vllm:
-        check_stop_rule(args.stop_after_code)
-        engine = VLLMEngine(model_path, thinking=args.thinking, seed=args.seed, dtype=compute_dtype,
-                            gpu_memory_utilization=args.vllm_gpu_memory_utilization,
-                            max_model_len=args.max_prompt_tokens + args.max_new_tokens,
-                            max_num_seqs=args.vllm_max_num_seqs, sleep_mode=args.vllm_sleep_mode)
-    else:
-        engine = HFEngine(model_path, model=sampler_lm if args.fsdp else accelerator.unwrap_model(wrapped).lm,
-                          tokenizer=tokenizer, device=accelerator.device, thinking=args.thinking,
-                          batch_size=args.gen_batch_size, stop_after_code=args.stop_after_code)
+        sampler = make_engine("vllm", model_path, dtype=compute_dtype, **engine_options)
+    else:  # the transformers engine samples with the policy's own weights (under --fsdp a full copy of them)
+        sampler = make_engine("hf", model_path, model=sampler_lm if fsdp else accelerator.unwrap_model(wrapped).lm,
+                              tokenizer=tokenizer, device=accelerator.device, **engine_options)
     accelerator.wait_for_everyone()  # every rank's engine is up before the first collective
-    return Learner(accelerator, wrapped, ref, optimizer, tokenizer, engine, use_vllm or args.fsdp, compute_dtype)
+    return Learner(accelerator, wrapped, ref, optimizer, tokenizer, sampler, use_vllm or fsdp, compute_dtype)
 
 
 # ----------------------------------------------------------------------------- sampling
@@ -157,18 +158,18 @@ def sync_sampler(learner: Learner) -> None:
 # ----------------------------------------------------------------------------- forward, backward, step
 
 
-def micro_batches(sequences: SequenceBatch, rows: torch.Tensor, args, accelerator) -> list:
-    """`rows` in micro-batches (index tensors): --micro-batch-size rows each, or with --micro-batch-tokens as
-    many whole contexts as fit in that many tokens, a context's prompt counted once (its rows share it in
-    the forward); a context larger than the budget is split into runs of rows. Every rank gets as many
-    micro-batches (under FSDP each forward is a collective): one with fewer halves its largest until it has
-    as many. Rows are in context order (a context's rows are consecutive)."""
+def micro_batches(sequences: SequenceBatch, row_ids: torch.Tensor, args, accelerator) -> list:
+    """The rows `row_ids` in micro-batches (index tensors): --micro-batch-size rows each, or with
+    --micro-batch-tokens as many whole contexts as fit in that many tokens, a context's prompt counted once
+    (its rows share it in the forward); a context larger than the budget is split into runs of rows. Every
+    rank gets as many micro-batches (under FSDP each forward is a collective): one with fewer halves its
+    largest until it has as many. Rows are in context order (a context's rows are consecutive)."""
     if args.micro_batch_tokens is None:
-        return [rows[i:i + args.micro_batch_size] for i in range(0, len(rows), args.micro_batch_size)]
+        return [row_ids[i:i + args.micro_batch_size] for i in range(0, len(row_ids), args.micro_batch_size)]
     budget, index = args.micro_batch_tokens, sequences.prompt_index.tolist()
     prompt_len, row_len = sequences.prompt_mask.sum(1).tolist(), sequences.completion_mask.sum(1).tolist()
     contexts = []  # runs of consecutive rows continuing one prompt
-    for r in rows.tolist():
+    for r in row_ids.tolist():
         if contexts and index[contexts[-1][-1]] == index[r]:
             contexts[-1].append(r)
         else:
@@ -191,16 +192,16 @@ def micro_batches(sequences: SequenceBatch, rows: torch.Tensor, args, accelerato
     while len(plan) < most:
         k = max(range(len(plan)), key=lambda i: len(plan[i]))
         plan[k:k + 1] = [plan[k][:len(plan[k]) // 2], plan[k][len(plan[k]) // 2:]]
-    return [torch.tensor(p, device=rows.device) for p in plan]
+    return [torch.tensor(p, device=row_ids.device) for p in plan]
 
 
 def batched_logprobs(model, batch: SequenceBatch, temperature, plan: list) -> torch.Tensor:
     """Completion token log-probs of every row, one forward per micro-batch of `plan` (no gradient) -> (R, C)."""
     out = torch.zeros(batch.completion_ids.shape, dtype=torch.float32, device=batch.completion_ids.device)
     with torch.no_grad():
-        for rows in plan:
-            logp = model(*batch.rows(rows).fields(), temperature)
-            out[rows, :logp.shape[1]] = logp
+        for row_ids in plan:
+            logp = model(*batch.select(row_ids).fields(), temperature)
+            out[row_ids, :logp.shape[1]] = logp
     if isinstance(model, FSDPModule):
         model.reshard()  # FSDP2 keeps its root unit (embeddings, LM head) gathered after a forward, for the
         # backward it expects: a no-gradient pass has none (the reference's would stay gathered all run long)

@@ -2,9 +2,9 @@
 and root file system, the seccomp filter, the identity each job drops to, the clean-up after each test
 (leftover processes, files, System V objects) and the memory cgroup's kill count.
 
-This file and sandbox_runner.py are one program: sandbox_process.py compiles both and runs this one's code
-first, in the same globals, inside the sandbox (where cobalt_min cannot be imported); sandbox_runner.py
-imports these names from here only when the grader imports it as a module. Nothing here decides a verdict.
+This file and runner.py are one program: process.py compiles both and runs this one's code first, in the
+same globals, inside the sandbox (where cobalt_min cannot be imported); runner.py imports these names from
+here only when the grader imports it as a module. Nothing here decides a verdict.
 """
 
 import ctypes
@@ -14,7 +14,7 @@ import resource
 import signal
 import struct
 # The runner's own handles on the os functions that a reference grader's guard takes from programs
-# (sandbox_runner.grader_setup sets os.<name> to None; the clean-up goes on calling these).
+# (runner.grader_setup sets os.<name> to None; the clean-up goes on calling these).
 from os import chdir, chmod, fork, rmdir, setuid, unlink
 
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_SECCOMP, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 4, 22, 36, 38
@@ -259,7 +259,7 @@ def out_of_memory_kills(settings):
 
 def lost_a_process_to_oom(settings):
     """Whether the kernel killed a process of this sandbox for memory since the last call (the last test).
-    settings["oom_kills"] keeps the count, which each report carries (sandbox_process judges a runner lost
+    settings["oom_kills"] keeps the count, which each report carries (process.py judges a runner lost
     with the count up as memory_limit)."""
     kills = out_of_memory_kills(settings)
     lost, settings["oom_kills"] = kills > settings.get("oom_kills", 0), kills

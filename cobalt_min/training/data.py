@@ -1,17 +1,18 @@
 """What train.py's steps draw from, and in which order: COBALT's contexts (collect.py's, plus perturbed
 ones from perturb.py augment), every record checked; single-turn GRPO's first-turn contexts of the
-problems; GRPO-MT's and VeRPO-MT's problems; the warm-up's demonstrations (sft); the validation contexts; the epoch's order as a function of the step number (what makes --resume exact).
+problems; GRPO-MT's and VeRPO-MT's problems; the warm-up's demonstrations (sft); the validation contexts; the
+epoch's order as a function of the step number (what makes --resume exact).
 
     data, val_contexts, too_long, steps_per_epoch, total_steps = load_training_data(args, tokenizer, log)
-    epoch, share = batch_for_step(data, step, steps_per_epoch, args, rank, world)
+    epoch, share = batch_for_step(data, step, steps_per_epoch, batch_size=B, seed=seed, rank=rank, world=world)
 """
 
 import random
 from pathlib import Path
 
-from cobalt_min import cli
 from cobalt_min.generation import chat_prompt_ids
 from cobalt_min.jsonl import read_jsonl
+from cobalt_min.problems import problems_of
 from cobalt_min.trajectories import first_turn_contexts
 
 
@@ -76,45 +77,45 @@ def epoch_order(n: int, epoch: int, seed: int) -> list[int]:
     """The data order of an epoch: a permutation seeded by (seed, epoch), so a step number alone says
     exactly which contexts come next (what makes --resume exact)."""
     order = list(range(n))
-    random.Random(seed * 1000 + epoch).shuffle(order)
+    random.Random(seed * 1000 + epoch).shuffle(order)  # (distinct for every (seed, epoch) under 1000 epochs)
     return order
 
 
-def batch_for_step(data: list, step: int, steps_per_epoch: int, args, rank: int, world: int) -> tuple[int, list]:
+def batch_for_step(data: list, step: int, steps_per_epoch: int, *, batch_size: int, seed: int, rank: int,
+                   world: int) -> tuple[int, list]:
     """(epoch, this rank's share of the step's batch of contexts or problems). The order is a function of
     the step number alone, so a resumed run sees exactly the batch an uninterrupted one would."""
     epoch, position = divmod(step, steps_per_epoch)
-    order = epoch_order(len(data), epoch, args.seed)
-    batch_ids = order[position * args.batch_size:(position + 1) * args.batch_size]
+    order = epoch_order(len(data), epoch, seed)
+    batch_ids = order[position * batch_size:(position + 1) * batch_size]
     return epoch, [data[i] for i in batch_ids[rank::world]]
 
 
-def load_training_contexts(args, log) -> tuple[list, list]:
-    """(training contexts, validation contexts): the clean contexts plus the perturbed ones (paper §7),
-    every record checked."""
-    contexts = load_contexts(args.contexts)
-    if args.perturbed_contexts:
+def load_training_contexts(path, perturbed_path, perturbed_fraction: float | None, seed: int, log) -> list:
+    """The training contexts: the clean ones plus the perturbed ones (paper §7), every record checked."""
+    contexts = load_contexts(path)
+    if perturbed_path:
         # (perturb.py augment writes no context when no collected trajectory had feedback to perturb)
-        perturbed = load_contexts(args.perturbed_contexts, "perturbed contexts", may_be_empty=True)
+        perturbed = load_contexts(perturbed_path, "perturbed contexts", may_be_empty=True)
         if perturbed:
-            contexts = mix_perturbed(contexts, perturbed, args.perturbed_fraction, args.seed)
+            contexts = mix_perturbed(contexts, perturbed, perturbed_fraction, seed)
         else:
-            log(f"warning: {args.perturbed_contexts} holds no perturbed contexts: training on the clean ones only")
-    elif args.perturbed_fraction is not None:
+            log(f"warning: {perturbed_path} holds no perturbed contexts: training on the clean ones only")
+    elif perturbed_fraction is not None:
         raise SystemExit("error: --perturbed-fraction needs --perturbed-contexts")
-    val_contexts = load_contexts(args.val_contexts, "validation contexts")[:args.val_limit] if args.val_contexts else []
-    return contexts, val_contexts
+    return contexts
 
 
-def fit_prompt_budget(contexts: list, val_contexts: list, count_prompt_tokens, args, log) -> tuple[list, list, int]:
+def fit_prompt_budget(contexts: list, val_contexts: list, count_prompt_tokens, max_prompt_tokens: int,
+                      log) -> tuple[list, list, int]:
     """Drop the contexts longer than --max-prompt-tokens, here, once (drop_long_contexts says why):
     (training contexts, validation contexts, how many training contexts were dropped)."""
-    contexts, too_long = drop_long_contexts(contexts, count_prompt_tokens, args.max_prompt_tokens)
-    val_contexts, val_too_long = drop_long_contexts(val_contexts, count_prompt_tokens, args.max_prompt_tokens)
+    contexts, too_long = drop_long_contexts(contexts, count_prompt_tokens, max_prompt_tokens)
+    val_contexts, val_too_long = drop_long_contexts(val_contexts, count_prompt_tokens, max_prompt_tokens)
     if not contexts:
-        raise SystemExit(f"error: every training context is longer than --max-prompt-tokens {args.max_prompt_tokens}")
+        raise SystemExit(f"error: every training context is longer than --max-prompt-tokens {max_prompt_tokens}")
     log(f"{len(contexts)} training contexts, {len(val_contexts)} validation contexts; dropped as longer than "
-        f"{args.max_prompt_tokens} prompt tokens: {too_long} training, {val_too_long} validation")
+        f"{max_prompt_tokens} prompt tokens: {too_long} training, {val_too_long} validation")
     return contexts, val_contexts, too_long
 
 
@@ -122,19 +123,18 @@ def load_training_data(args, tokenizer, log) -> tuple[list, list, int, int, int]
     """(what the steps draw from: contexts for COBALT and single-turn GRPO, problems for GRPO-MT and
     VeRPO-MT; validation contexts; contexts dropped as too long; steps per epoch; steps in all)."""
     if args.method == "cobalt":
-        data, val_contexts = load_training_contexts(args, log)
+        data = load_training_contexts(args.contexts, args.perturbed_contexts, args.perturbed_fraction, args.seed, log)
     elif args.method == "sft":
         data = load_demonstrations(args.demonstrations)
-        val_contexts = load_contexts(args.val_contexts, "validation contexts")[:args.val_limit] if args.val_contexts else []
     else:
-        data = cli.problems_of(args)
-        val_contexts = load_contexts(args.val_contexts, "validation contexts")[:args.val_limit] if args.val_contexts else []
+        data = problems_of(args)
+    val_contexts = load_contexts(args.val_contexts, "validation contexts")[:args.val_limit] if args.val_contexts else []
     if args.method == "single-turn":
         data = first_turn_contexts(data)  # the first turn s_0 of every problem, prev_best 0
     too_long = 0
     prompt_tokens = lambda messages: len(chat_prompt_ids(tokenizer, messages, args.thinking))  # noqa: E731
     if args.method in ("cobalt", "single-turn"):
-        data, val_contexts, too_long = fit_prompt_budget(data, val_contexts, prompt_tokens, args, log)
+        data, val_contexts, too_long = fit_prompt_budget(data, val_contexts, prompt_tokens, args.max_prompt_tokens, log)
     elif args.method == "sft":  # (a demonstration's prompt: all but its target)
         data, too_long = drop_long_contexts(data, lambda messages: prompt_tokens(messages[:-1]), args.max_prompt_tokens)
         if not data:

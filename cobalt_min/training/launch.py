@@ -16,11 +16,12 @@ from accelerate import Accelerator
 from accelerate.utils import InitProcessGroupKwargs, set_seed
 
 from cobalt_min import cli
-from cobalt_min.checkpoint import resume
-from cobalt_min.generation import engine_kind, find_smollm2_gguf
+from cobalt_min.engines import engine_kind
+from cobalt_min.generation import model_location
 from cobalt_min.jsonl import read_jsonl, write_jsonl
-from cobalt_min.learner import Learner, sync_sampler
 from cobalt_min.sandbox import require_safe_sandbox
+from cobalt_min.training.checkpoint import resume
+from cobalt_min.training.learner import Learner, sync_sampler
 
 
 def check_method(args) -> None:
@@ -66,7 +67,7 @@ def start_run(args, settings: tuple):
         ("bf16" if torch.cuda.is_available() else "no")
     check_method(args)
     check_launch(args, mixed)
-    model_path = find_smollm2_gguf() if args.model == "smollm2" else args.model
+    model_path = model_location(args.model)
     use_vllm = engine_kind(args.engine, model_path) == "vllm"  # (checked before anything loads)
     if args.vllm_sleep_mode and not use_vllm:
         raise SystemExit("error: --vllm-sleep-mode is vLLM's: it needs --engine vllm (or auto, choosing vLLM)")
@@ -85,7 +86,7 @@ def start_run(args, settings: tuple):
     set_seed(args.seed)
     out, main_process = Path(args.out), accelerator.is_main_process
     log = (lambda *a: print(*a, file=sys.stderr)) if main_process else (lambda *a: None)
-    log("train.py", " ".join(f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items()))
+    log(cli.settings_line("train.py", args))
     if main_process:
         out.mkdir(parents=True, exist_ok=True)
         if (out / "metrics.jsonl").exists() and not args.resume:

@@ -1,6 +1,6 @@
 """The vLLM engine: generation's interface (prompt_ids, sample, generate, load_weights) on vLLM's offline
-LLM, and the checks of which vLLM is installed and whether it can run here. generation.make_engine and
-engine_kind choose between it and the transformers engine.
+LLM, and the checks of which vLLM is installed and whether it can run here. make_engine and
+engine_kind (engines/__init__.py) choose between it and the transformers engine.
 """
 
 import importlib.util

@@ -12,12 +12,12 @@ import time
 
 import torch
 
-from cobalt_min import cli
-from cobalt_min.generation import request_seeds
-from cobalt_min.learner import Learner, sample_from_policy
+from cobalt_min.generation import VAL_SEED_STRIDE, request_seeds
+from cobalt_min.graders import grader_of
 from cobalt_min.prompts import extract_code
 from cobalt_min.rewards import validation_reward
 from cobalt_min.sandbox import InfraFailure, pass_rate, run_programs
+from cobalt_min.training.learner import Learner, sample_from_policy
 
 
 @contextlib.contextmanager
@@ -38,8 +38,8 @@ def step_metrics(learner: Learner, batch, sequences, stats: dict, timings: dict,
     and pass rate); batch.extra is this rank's."""
     acc = learner.accelerator
     gather, device = acc.gather_for_metrics, acc.device
-    lengths = gather(torch.tensor([float(len(c.token_ids)) for c in batch.rows], device=device))
-    truncated = gather(torch.tensor([0.0 if c.finished else 1.0 for c in batch.rows], device=device))
+    lengths = gather(torch.tensor([float(len(c.token_ids)) for c in batch.completions], device=device))
+    truncated = gather(torch.tensor([0.0 if c.finished else 1.0 for c in batch.completions], device=device))
     rewarded = {}  # (the numbers of sampled, run and rewarded programs: none under sft)
     if batch.group_rewards is not None:
         # nan: no reward or pass rate (the sandbox failed on the program: batch.infra_errors), left out here
@@ -58,12 +58,12 @@ def step_metrics(learner: Learner, batch, sequences, stats: dict, timings: dict,
     # How far apart the ranks reached the step's first collective (its batch: sampling, the sandbox): the
     # fast ones wait that long, and a wait over --dist-timeout-minutes fails the run.
     batch_s = gather(torch.tensor([timings["batch_s"]], device=device))
-    counts = acc.reduce(torch.tensor([len(batch.rows), sum(p is not None for p in batch.rates), batch.problems,
+    counts = acc.reduce(torch.tensor([len(batch.completions), sum(p is not None for p in batch.rates), batch.problems,
                                       batch.infra_errors], device=device, dtype=torch.float32), "sum").tolist()
     n_tokens = float(sequences.prompt_mask.sum(1)[sequences.prompt_index].sum() + sequences.completion_mask.sum())
     return {**extra, **rewarded,
             "rank_spread_s": round((batch_s.max() - batch_s.min()).item(), 3),
-            "no_code": sum(extract_code(c.text) is None for c in batch.rows) / len(batch.rows),
+            "no_code": sum(extract_code(c.text) is None for c in batch.completions) / len(batch.completions),
             "response_len": lengths.mean().item(), "truncated": truncated.mean().item(),
             "lr": learner.optimizer.param_groups[0]["lr"], **stats,
             **{k: round(v, 3) for k, v in timings.items()},
@@ -105,12 +105,12 @@ def validate(learner: Learner, val_contexts: list, args, step: int, workers) -> 
     real = len(positions)
     positions += [positions[0] if positions else 0] * (math.ceil(len(val_contexts) / world) - real)
     share = [val_contexts[i] for i in positions]
-    seeds = [request_seeds(args.seed + 7 * step, len(val_contexts), 1)[i] for i in positions]
+    seeds = [request_seeds(args.seed + VAL_SEED_STRIDE * step, len(val_contexts), 1)[i] for i in positions]
     outs = sample_from_policy(learner, [learner.engine.prompt_ids(c["messages"]) for c in share], n=1,
                               temperature=args.val_temperature, top_p=0.95, max_new_tokens=args.max_new_tokens,
                               seed=seeds)
     results = run_programs([extract_code(o[0].text) for o in outs], [c["tests"] for c in share],
-                           grader=cli.grader_of(args), workers=workers)
+                           grader=grader_of(args), workers=workers)
     lost = [isinstance(r, InfraFailure) for r in results]  # no verdict: left out of the mean, counted
     rewards = [0.0 if no else validation_reward(None if r is None else pass_rate(r)) for r, no in zip(results, lost)]
     kept = [float(k < real and not lost[k]) for k in range(len(share))]

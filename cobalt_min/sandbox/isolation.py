@@ -1,7 +1,7 @@
 """The sandbox's isolation: which mode a sandbox runs in (bwrap, process, unsafe) and what it is refused,
 the bubblewrap command line, the runner's environment, the uid leases, and the cgroups that bound a
-sandbox's memory, processes and CPU. sandbox_process.Runner starts runners with them; a reader of the
-paper can skip this file (docs/sandbox.md says what each mode guarantees).
+sandbox's memory, processes and CPU. process.Runner starts runners with them (docs/sandbox.md says what each mode
+guarantees).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import time
 import warnings
 from pathlib import Path
 
-from cobalt_min.sandbox_types import Limits, SandboxError
+from cobalt_min.sandbox.types import Limits, SandboxError
 
 SANDBOX_UID_BASE = int(os.environ.get("COBALT_SANDBOX_UID_BASE", "61000"))  # uids base .. base+255
 # Uid leases are locked machine-wide (not under TMPDIR, which two graders may set differently).
@@ -148,7 +148,7 @@ def bwrap_prefix(limits: Limits, scratch: str) -> list[str]:
     # The runner is pid 1 itself (no bwrap process inside the sandbox: without root one would run as you,
     # dumpable, reachable by ptrace and /proc/1/fd). It keeps what it needs to give each job namespaces and
     # mounts of its own and to return to its own (CAP_SYS_ADMIN, CAP_SYS_CHROOT for setns) and, as root, to
-    # drop to the sandbox uid; each job drops them all before its first test (sandbox_runner.job_process).
+    # drop to the sandbox uid; each job drops them all before its first test (runner.job_process).
     args += ["--as-pid-1"]
     caps = ["CAP_SYS_ADMIN", "CAP_SYS_CHROOT"] + (["CAP_SETUID", "CAP_SETGID", "CAP_KILL"] if os.geteuid() == 0 else [])
     args += (["--cap-drop", "ALL"] if os.geteuid() == 0 else []) + [x for cap in caps for x in ("--cap-add", cap)]

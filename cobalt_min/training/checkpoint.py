@@ -5,11 +5,11 @@ A checkpoint (out/checkpoints/step_N) holds the policy's weights and the optimiz
 torch.distributed.checkpoint: each rank writes its own shard under FSDP, rank 0 the one copy under DDP
 or in one process, and any number of ranks can read it back. Plus train_state.json {step, epoch}.
 Nothing else is needed to continue exactly: the data order of a step is a function of the step number
-(training_data.epoch_order), every random draw of a step comes from a generator seeded by (seed, step), and
+(data.epoch_order), every random draw of a step comes from a generator seeded by (seed, step), and
 the learning rate is constant. The frozen reference policy is not saved: it is the initial model.
 
 A checkpoint becomes a model folder (evaluate.py --model FOLDER) in one process, without the ranks:
-    python -m cobalt_min.checkpoint export runs/train/checkpoints/step_20 --model BASE_MODEL --out runs/step_20
+    python -m cobalt_min.training.checkpoint export runs/train/checkpoints/step_20 --model BASE_MODEL --out runs/step_20
 """
 
 import contextlib
@@ -121,7 +121,7 @@ def export(checkpoint: Path, base_model: str, out: Path, dtype: str = "bfloat16"
 
 def main(argv=None):
     import argparse
-    ap = argparse.ArgumentParser(prog="python -m cobalt_min.checkpoint",
+    ap = argparse.ArgumentParser(prog="python -m cobalt_min.training.checkpoint",
                                  description="Turn a train.py checkpoint into a model folder evaluate.py can load.")
     sub = ap.add_subparsers(dest="cmd", required=True)
     e = sub.add_parser("export", help="a checkpoint's policy as a Hugging Face folder")

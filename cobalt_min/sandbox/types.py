@@ -1,4 +1,4 @@
-"""The sandbox's vocabulary, below both sandbox.py (verdicts, API) and sandbox_process.py (the processes):
+"""The sandbox's vocabulary, below both verdicts.py (verdicts, API) and process.py (the processes):
 the limits a test runs under, the result of a test, and the error of a sandbox that cannot run at all."""
 
 import dataclasses

@@ -1,15 +1,13 @@
 """The sandbox's process machinery: the runner processes and the channel to them (their isolation:
-sandbox_isolation.py).
+isolation.py).
 
-Verdicts are sandbox.py's (output comparison, grade_test, Sandbox.run), but for two kinds of test that
+Verdicts are verdicts.py's (output comparison, grade_test, Sandbox.run), but for two kinds of test that
 Runner.reports judges itself: one that cost the runner its life (a timeout, memory_limit or runtime_error
-by what killed it) and one past the program's total time budget (OUT_OF_TIME). A reader of the paper can
-skip this file. Imports run one way: sandbox.py -> this file -> sandbox_isolation.py, sandbox_runner.py and
-sandbox_jail.py (the runner and the walls it builds: one program), all above sandbox_types.py. What it
-does: start one long-lived runner process (sandbox_runner.py) inside bubblewrap or in namespaces the runner
-makes itself, lease it a uid of its own, hand it one program and its tests' inputs at a time, read back its
-binary per-test reports, and replace it when a program kills or freezes it. sandbox.py hands each report
-to grade_test.
+by what killed it) and one past the program's total time budget (OUT_OF_TIME). What it does: start one
+long-lived runner process (runner.py, with jail.py: one program) inside bubblewrap or in namespaces the
+runner makes itself, lease it a uid of its own, hand it one program and its tests' inputs at a time, read
+back its binary per-test reports, and replace it when a program kills or freezes it. verdicts.py hands each
+report to grade_test.
 """
 
 from __future__ import annotations
@@ -26,19 +24,19 @@ import tempfile
 import time
 from pathlib import Path
 
-from cobalt_min import sandbox_jail as jail
-from cobalt_min import sandbox_runner as runner
-from cobalt_min.sandbox_isolation import (Cgroup, UidLease, bwrap_prefix, cgroup_support, python_paths,
+from cobalt_min.sandbox import jail
+from cobalt_min.sandbox import runner
+from cobalt_min.sandbox.isolation import (Cgroup, UidLease, bwrap_prefix, cgroup_support, python_paths,
                                           resolve_isolation, runner_env, scratch_folder, warn_no_cgroup)
-from cobalt_min.sandbox_types import OUT_OF_TIME, Limits, SandboxError, TestResult
+from cobalt_min.sandbox.types import OUT_OF_TIME, Limits, SandboxError, TestResult
 
 # The runner starts from its compiled code (marshal), read from a memfd: compiling its source in each
 # runner would leave ~2 MB more of the compiler's memory in the process that every test forks from
 # (each page of it costs every fork).
-# The runner is one program made of two files: sandbox_jail.py's code runs first, then sandbox_runner.py's, in
-# the same globals (cobalt_min cannot be imported in the sandbox).
+# The runner is one program made of two files: jail.py's code runs first, then runner.py's, in the same
+# globals (cobalt_min cannot be imported in the sandbox).
 RUNNER_CODE = marshal.dumps(tuple(compile((Path(__file__).parent / name).read_text(), name, "exec", dont_inherit=True)
-                                  for name in ("sandbox_jail.py", "sandbox_runner.py")))  # (not our __future__ flags)
+                                  for name in ("jail.py", "runner.py")))  # (not our __future__ flags)
 RUNNER_BOOT = ("import marshal, os, sys\nfd = int(sys.argv[2])\ncodes = marshal.loads(os.pread(fd, 1 << 24, 0))\n"
                "os.close(fd)\nrunner = {'__name__': '__main__'}\nfor code in codes:\n    exec(code, runner)\n")
 _RUNNER_CODE_FD: list = []
@@ -54,7 +52,7 @@ def _next_frame(data: bytes, pos: int):
 
 
 def _decode_report(body: bytes) -> dict:
-    """The runner's binary report on one test (sandbox_runner.REPORT) as a dict for sandbox.grade_test()."""
+    """The runner's binary report on one test (runner.REPORT) as a dict for verdicts.grade_test()."""
     k, code, flags, time_s, cpu_s, oom_kills, n_out, n_err, n_res = runner.REPORT.unpack_from(body)
     out = runner.REPORT.size
     if len(body) != out + n_out + n_err + n_res:
@@ -84,7 +82,7 @@ class Runner:
         self.isolation = resolve_isolation(isolation)
         self.namespaces = self.isolation == "process"  # (the runner makes them; bwrap makes them for it)
         self._proc = None
-        self._report_fd = self._job_fd = None  # memfds: test reports from the runner, the job to it (sandbox_runner)
+        self._report_fd = self._job_fd = None  # memfds: test reports from the runner, the job to it (runner.py)
         self._tmp = None
         self.restarts = 0
         self._stopped = False  # interrupt(): no runner is started any more
@@ -307,7 +305,7 @@ class Runner:
             self._buf += chunk
 
     def _write_job(self, job: dict):
-        """The job file the runner's job process reads (sandbox_runner.read_job); the runner is idle."""
+        """The job file the runner's job process reads (runner.read_job); the runner is idle."""
         if self._job_fd is None:
             self._new_memfds()
         data = json.dumps(job).encode()
@@ -431,7 +429,7 @@ IMPORT_SIDE_EFFECTS = {"this", "antigravity", "__hello__", "__phello__"}
 
 def imported_modules(program: str) -> list[str]:
     """The modules `program` imports anywhere (`import a.b`, `from a.b import c` -> a.b), which the
-    runner imports once for all its tests when it has not loaded them (sandbox_runner.run_in_template)."""
+    runner imports once for all its tests when it has not loaded them (runner.run_in_template)."""
     try:
         tree = ast.parse(program)
     except (SyntaxError, ValueError, RecursionError, MemoryError):

@@ -1,8 +1,4 @@
-"""Run untrusted, model-written Python programs against test cases, safely and fast.
-
-    results = run_tests(program, {"inputs": ["1 2\n"], "outputs": ["3\n"]})
-    batch = run_batch([(program, tests), ...], workers=2, progress=True)
-    python -m cobalt_min.sandbox solution.py tests.json [--timeout 4] [--memory-mb 1024]
+"""Verdicts on programs, and what callers use: run_tests, run_batch, run_programs, pass_rate.
 
 Tests use TACO's `input_output` format: {"inputs": [...], "outputs": [...], "fn_name"?: str}.
 Without fn_name a test is stdin -> stdout text; with fn_name each input is the list of positional
@@ -10,50 +6,11 @@ arguments of `fn_name` (a top-level function, or a method of `Solution()` when t
 `class Solution`) and each output is the expected return value.
 
 This file decides verdicts (grade_test, Sandbox.run, by the rules of a grader profile: graders.py, the
-authors' by default) and holds what users call (run_tests, run_batch, run_programs, pass_rate, the
-CLI). Imports run one way: this file -> the process machinery (sandbox_process.py: runner processes and
-the channel to them; sandbox_isolation.py: isolation modes, cgroups, uid leases) -> the runner
-(sandbox_runner.py, with sandbox_jail.py: the walls it builds), all above the shared vocabulary
-(sandbox_types.py: Limits, TestResult, SandboxError). A reader of the paper can skip all but this file.
-How it is built (docs/sandbox.md):
-- A sandbox is ONE long-lived runner process (sandbox_runner.py), started inside bubblewrap
-  (isolation="bwrap") or, when the grader is root, in namespaces the runner makes itself
-  (isolation="process"). Either way: no network, its own pid and ipc namespaces, a file system holding
-  only the Python install and a size-capped private /tmp and /dev/shm, an empty environment, and
-  (root) a uid reserved for this sandbox, so "kill every process of this sandbox" is a complete clean-up.
-  Without root and without bubblewrap only the unsafe mode (isolation="unsafe") is left: 'auto' refuses
-  it, and no mode ever falls back to it.
-- For each program the runner forks a job process in fresh mount, pid, ipc and network namespaces (a
-  fresh scratch tmpfs, /dev/shm and /proc, loopback down; nothing of one program reaches the next),
-  which reads the program (the runner never does: every test is a fork, and a program can read its own
-  memory), installs a seccomp filter, drops every privilege and forks a fresh copy of itself per test
-  (fresh interpreter state, per-test rlimits and wall clock, capped output); it reports stdout/stderr/
-  exit status and the CPU time of the test's processes. The grader, in this process, compares with the
-  expected outputs, which never enter the sandbox. Where the grader may make cgroups, the whole sandbox
-  lives in one: memory and processes bounded per test, all processes together, and one CPU at most.
-- Whatever a program does costs its own tests only: a malformed result is a runtime error, a runner
-  it killed or froze is replaced and the remaining tests go on, and nothing it made (files, shared
-  memory, keys, processes, sockets) is left for the next test. A failure of the sandbox itself is a
-  SandboxError, never a verdict.
-
-How a test runs. A sandbox is one long-lived runner process per worker (`sandbox_runner.py`). It starts
-Python once; for each program it forks a *job process* in namespaces of its own (mount, pid, ipc,
-network) with a fresh tmpfs for the scratch folder and `/dev/shm` and a fresh `/proc`, and that process,
-pid 1 of the job's namespace and without any privilege, forks a fresh copy of itself for every test. So
-each test begins from untouched interpreter state with its own limits, without paying an interpreter
-start per test, and nothing one program does (files, extended attributes, inode and pid numbers, System V
-objects, processes, connections and network counters) can reach the next program: it ends with the job's
-namespaces. A test's stdin, stdout and stderr are in-memory files (memfds) read once it has exited;
-reports go to another one, which the grader reads once per program. The runner never sees the expected
-outputs: it reports stdout, stderr, exit status (and the returned value), and the grader in your process
-compares. Commonly used modules (`collections`, `heapq`, `bisect`, `math`, `itertools`, `functools`, `re`,
-`typing`, ...) are already imported when a program starts; other modules a program imports (numpy: ~50 ms)
-are imported once per program, by its job process, before its first test (a numpy program: 4 ms per test
-instead of 42 ms). Import time is then not counted in the tests' time, and what such an import prints goes
-nowhere (modules that only print, like `this`, are left to the program).
+authors' by default) from the runner's raw reports (process.py), and runs batches of programs on workers
+of one sandbox each, judging again a program whose sandbox failed (run_batch). How a sandbox is built and
+what it guarantees: the package's docstring and docs/sandbox.md.
 """
 
-import argparse
 import concurrent.futures
 import contextlib
 import dataclasses
@@ -62,15 +19,12 @@ import os
 import queue
 import signal
 import threading
-from pathlib import Path
 
-from cobalt_min.sandbox_isolation import (CGROUP_SLACK_MB, ISOLATIONS, SANDBOX_UID_BASE, UNSAFE_ENV,  # noqa: F401
-                                          bwrap_available, cgroup_support, require_safe_sandbox, resolve_isolation)
-from cobalt_min.sandbox_process import Runner, imported_modules  # noqa: F401
 from cobalt_min import graders
 from cobalt_min.graders import Grader
-from cobalt_min.sandbox_types import (OUT_OF_TIME, STATUSES, InfraFailure, Limits, SandboxError,  # noqa: F401
-                                      TestResult)
+from cobalt_min.sandbox.isolation import resolve_isolation
+from cobalt_min.sandbox.process import Runner
+from cobalt_min.sandbox.types import OUT_OF_TIME, InfraFailure, Limits, SandboxError, TestResult
 
 
 KEEP_CHARS = 4096  # each captured stream is kept as its first and last KEEP_CHARS characters
@@ -171,7 +125,7 @@ def check_tests(tests) -> tuple[list, list]:
 
 class Sandbox(Runner):
     """A live sandbox: `run(program, tests)` judges every test of one program by the grader's rules
-    (graders.py; the default: the authors'). The process machinery is sandbox_process.Runner. Use as a
+    (graders.py; the default: the authors'). The process machinery is process.Runner. Use as a
     context manager; one per thread. limits=None: Limits with the grader's time limit per test."""
 
     def __init__(self, limits: Limits | None = None, isolation: str = "auto", grader: "Grader | str | None" = None):
@@ -427,59 +381,3 @@ def run_programs(programs: list, tests: list, *, grader: "Grader | str | None" =
     results = iter(run_batch(jobs, grader=grader, workers=workers, progress=progress, keep_infra_failures=True)
                    if jobs else [])
     return [None if p is None else next(results) for p in programs]
-
-
-# ----------------------------------------------------------------------------- CLI
-
-
-def main(argv=None):
-    from cobalt_min import cli
-    parser = argparse.ArgumentParser(
-        prog="python -m cobalt_min.sandbox",
-        description="Run PROGRAM.py on the tests in TESTS.json (TACO input_output format) inside the sandbox "
-                    "and print one JSON object: passed, pass_rate, results. Exits 0 whatever the verdicts.")
-    parser.add_argument("program", help="the Python program to judge")
-    parser.add_argument("tests", help='JSON file: {"inputs": [...], "outputs": [...], "fn_name"?: str}')
-    parser.add_argument("--grader", choices=list(graders.GRADERS), default=graders.DEFAULT,
-                        help="whose verdict rules: the authors' (the paper's reward) or LiveCodeBench's (its "
-                             "leaderboard); see cobalt_min/graders.py (default authors)")
-    parser.add_argument("--timeout", type=cli.positive, default=None,
-                        help="seconds per test (default: the grader's, 4 for the authors, 6 for LiveCodeBench)")
-    parser.add_argument("--memory-mb", type=cli.count, default=1024,
-                        help="memory per test: per process, and for all of a test's processes where cgroups are "
-                             "usable (default 1024)")
-    parser.add_argument("--total-timeout", type=cli.positive, default=27.0,
-                        help="the authors' grader: a program's budget for all its tests is this many seconds times "
-                             "min(4, tests); one that runs out fails every test (default 27: the authors' 27 s with 4 "
-                             "tests at a time)")
-    parser.add_argument("--isolation", choices=ISOLATIONS, default="auto",
-                        help="auto: bwrap when it works here, else process as root (namespaces the sandbox makes "
-                             "itself); unsafe runs programs without isolation, for trusted programs only "
-                             "(default auto)")
-    args = parser.parse_args(argv)
-    try:
-        program = Path(args.program).read_text()
-    except (OSError, UnicodeDecodeError) as e:
-        parser.exit(2, f"error: cannot read program {args.program}: {e}\n")
-    try:
-        tests = json.loads(Path(args.tests).read_text())
-        check_tests(tests)
-        if not tests["inputs"]:
-            raise ValueError("it holds no tests")
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        parser.exit(2, f"error: {args.tests} is not a usable tests file: {e}\n")
-    try:
-        results = run_tests(program, tests, grader=args.grader, timeout_s=args.timeout, memory_mb=args.memory_mb,
-                            total_timeout_s=args.total_timeout, isolation=args.isolation)
-    except SandboxError as e:
-        parser.exit(3, f"error: {e}\n")
-    print(json.dumps({
-        "passed": [r.passed for r in results],
-        "pass_rate": pass_rate(results),
-        "results": [{"status": r.status, "time_s": round(r.time_s, 4), "stdout": r.stdout, "stderr": r.stderr}
-                    for r in results],
-    }))
-
-
-if __name__ == "__main__":
-    main()

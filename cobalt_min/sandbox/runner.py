@@ -1,6 +1,6 @@
 """The process that lives INSIDE the sandbox and runs untrusted programs (standard library only).
 
-sandbox_process.py starts this file's compiled code (`python -I -c <boot> <settings json> <code fd>`), inside
+process.py starts this file's compiled code (`python -I -c <boot> <settings json> <code fd>`), inside
 bubblewrap or as a subprocess that makes its own namespaces (enter_namespaces), and talks to it in
 frames (FRAME: length, kind; then the body):
 
@@ -26,10 +26,10 @@ megabytes) go through the pipe, which the grader drains as they come: the file s
 are binary because they are the runner's hot path: every page the runner writes between two forks
 is copied (copy-on-write), and json.dumps writes many.
 
-Why one long-lived process (sandbox.py's docstring says more): an interpreter start costs ~10-20 ms, more
+Why one long-lived process (docs/sandbox.md says more): an interpreter start costs ~10-20 ms, more
 than a typical test. For each program the runner forks a job process in fresh namespaces (job_process), which
 forks a fresh copy of itself per test; without namespaces (the unsafe mode) the runner forks the tests itself.
-The walls (namespaces, root, seccomp, identities, clean-up) are sandbox_jail.py's, run first in this program.
+The walls (namespaces, root, seccomp, identities, clean-up) are jail.py's, run first in this program.
 
 Speed (see bench/RESULTS.md): a fork costs little, but every memory page that the child or the runner
 writes afterwards is copied, ~1-2 us each on a small VM. So everything a test child needs that does
@@ -67,10 +67,10 @@ import math, operator, re, string, traceback, typing  # noqa: E401,F401
 from os import chdir, fork, kill
 
 PROGRAM_NAME = "solution.py"
-# The sandbox's walls (sandbox_jail.py): in the sandbox its code has run first in these globals; imported here
+# The sandbox's walls (jail.py): in the sandbox its code has run first in these globals; imported here
 # when the grader imports this file as a module.
 if __name__ != "__main__":
-    from cobalt_min.sandbox_jail import (  # noqa: F401
+    from cobalt_min.sandbox.jail import (  # noqa: F401
         _check, _libc, _mount, become_test_identity, can_return_to_own_namespaces, clean_after_test,
         enter_namespaces, folder_state, has_children, install_seccomp, kill_leftovers,
         lost_a_process_to_oom, make_job_namespaces, MS_NODEV, MS_NOEXEC, MS_NOSUID, NAMESPACE_FILES,
