@@ -42,11 +42,12 @@ def test_paired_change_and_reward_trend_by_hand():
 
 def test_pass_at_1_per_turn_gain_repairs_and_breaks_by_hand():
     # Two problems x two conversations x three turns, as test_rollout.py's scripted rollout gives them:
-    # sum-two s0 fails, passes, fails; s1 passes, fails, fails; reverse-string s0 always passes, s1 never.
+    # sum-two s0 fails, passes, fails; s1 passes, fails, fails; reverse-string s0 always passes, s1 never (half the
+    # hidden tests: the palindromes).
     def sample(hidden):
         return {"turns": [{"hidden_pass_rate": h, "pass_rate": h} for h in hidden]}
     records = [{"problem_id": "sum-two", "samples": [sample([0.0, 1.0, 0.0]), sample([1.0, 0.0, 0.0])]},
-               {"problem_id": "reverse-string", "samples": [sample([1.0] * 3), sample([0.0] * 3)]}]
+               {"problem_id": "reverse-string", "samples": [sample([1.0] * 3), sample([0.5] * 3)]}]
     summary = summarize(records, 3)
     assert summary["pass@1"] == pytest.approx([50.0, 50.0, 25.0])
     assert summary["change_points"] == pytest.approx([0, 0, -25.0])
