@@ -54,9 +54,11 @@ def parser() -> argparse.ArgumentParser:
     cli.api_flags(g)
     g.add_argument("--thinking", action="store_true", help="thinking model (template mode, history after </think>)")
     g.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
-                   help="model dtype (default auto: the checkpoint's)")
+                   help="model dtype (default auto: the checkpoint's; the transformers engine's fast path on a CPU "
+                        "then samples in bfloat16 where the CPU multiplies it natively, else in float32)")
     g.add_argument("--gen-batch-size", type=cli.count, default=64,
-                   help="transformers engine: sequences per generate call")
+                   help="transformers engine: sequences decoded together")
+    cli.hf_engine_flags(g)
     cli.renamed(g, "--batch-size", "is now --gen-batch-size (train.py's --batch-size counts contexts per step)")
     g.add_argument("--tensor-parallel-size", type=cli.count, default=1, help="vLLM tensor parallel size")
     g.add_argument("--vllm-gpu-memory-utilization", type=cli.probability, default=0.9,
@@ -105,8 +107,8 @@ def parse_args(argv=None):
 # is a setting: each batch is seeded by its position.
 SETTINGS = cli.settings_of(parser(), besides={
     "api_base", "api_concurrency", "api_key_env", "api_retries", "api_timeout",  # (--engine api: how, not what)
-    "dist_timeout_minutes", "dtype", "engine", "gen_batch_size", "log_with", "m", "out", "process_only",
-    "prompt_budget", "resume", "split", "tensor_parallel_size", "tokenizer", "vllm_gpu_memory_utilization",
+    "dist_timeout_minutes", "dtype", "engine", "gen_batch_size", "hf_decode", "kv_cache_gb", "log_with", "m", "out",
+    "process_only", "prompt_budget", "resume", "split", "tensor_parallel_size", "tokenizer", "vllm_gpu_memory_utilization",
     "vllm_max_num_seqs", "workers"})
 
 

@@ -35,7 +35,7 @@ from cobalt_min.metrics import format_table, plot_pass_at_1, summarize
 from cobalt_min.problem_shards import api_usage_line, check_new_or_resumed, join_launch, roll_out_problems
 from cobalt_min.problems import problem_flags, problems_of
 from cobalt_min.report import write_report
-from cobalt_min.rollout import rollout, scored_records, set_apart_lost
+from cobalt_min.rollout import rollout, scored_records, set_apart_lost, time_lines
 from cobalt_min.sandbox import require_safe_sandbox
 
 
@@ -52,9 +52,11 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--thinking", action="store_true", help="thinking model: enable the template's thinking mode "
                    "and keep only the text after </think> in earlier turns")
     g.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
-                   help="model dtype (default auto: the checkpoint's)")
+                   help="model dtype (default auto: the checkpoint's; the transformers engine's fast path on a CPU "
+                        "then samples in bfloat16 where the CPU multiplies it natively, else in float32)")
     g.add_argument("--gen-batch-size", type=cli.count, default=64,
-                   help="transformers engine: sequences per generate call")
+                   help="transformers engine: sequences decoded together")
+    cli.hf_engine_flags(g)
     cli.renamed(g, "--batch-size", "is now --gen-batch-size (train.py's --batch-size counts contexts per step)")
     g.add_argument("--tensor-parallel-size", type=cli.count, default=1, help="vLLM tensor parallel size")
     cli.renamed(g, "--gpu-memory-utilization", "is now --vllm-gpu-memory-utilization (as in train.py)")
@@ -104,8 +106,8 @@ def parse_args(argv=None):
 # but these (how fast, where). --batch-problems is a setting: each batch is seeded by its position.
 SETTINGS = cli.settings_of(parser(), besides={
     "api_base", "api_concurrency", "api_key_env", "api_retries", "api_timeout",  # (--engine api: how, not what)
-    "dist_timeout_minutes", "dtype", "engine", "gen_batch_size", "log_with", "out", "resume", "tensor_parallel_size",
-    "vllm_gpu_memory_utilization", "vllm_max_num_seqs", "workers"})
+    "dist_timeout_minutes", "dtype", "engine", "gen_batch_size", "hf_decode", "kv_cache_gb", "log_with", "out", "resume",
+    "tensor_parallel_size", "vllm_gpu_memory_utilization", "vllm_max_num_seqs", "workers"})
 
 
 def main(argv=None):
@@ -199,6 +201,8 @@ def write_summary(args, out: Path, summary: dict, traj_path: Path) -> None:
         print(wrong_feedback_text(summary["wrong_feedback"]))
     if summary.get("api_usage"):
         print(api_usage_line(summary["api_usage"]))
+    if time_lines(summary["timings_s"]):
+        print("time per turn (all blocks):\n" + "\n".join(time_lines(summary["timings_s"])))
     plot_pass_at_1({"Pass@1": summary["pass@1"]}, out / "pass_at_1.png", errors={"Pass@1": summary["pass@1_se"]},
                    note=f"{summary['problems']} problems x {summary['samples']} samples; bars: s.e. over problems")
     tag = "eval_perturbed/" if args.perturbed else "eval/"

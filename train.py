@@ -94,7 +94,11 @@ g.add_argument("--vllm-gpu-memory-utilization", type=cli.probability, default=0.
                help="vLLM's share of the GPU, colocated with training (CPU build: VLLM_CPU_KVCACHE_SPACE GiB)")
 g.add_argument("--vllm-max-num-seqs", type=cli.count, default=None, help="vLLM: sequences in flight at most")
 g.add_argument("--vllm-sleep-mode", action="store_true", help="vLLM (CUDA): no memory held outside sampling")
-g.add_argument("--gen-batch-size", type=cli.count, default=64, help="transformers engine: sequences per generate")
+g.add_argument("--gen-batch-size", type=cli.count, default=64, help="transformers engine: sequences decoded together")
+cli.hf_engine_flags(g)
+g.add_argument("--sample-dtype", default="auto", choices=["auto", "float32", "bfloat16"],
+               help="transformers engine, fast path: the dtype it samples in (auto: bfloat16 on a CPU that multiplies "
+                    "it natively, else float32; on a GPU the policy's); the update's log-probs are not affected")
 g = ap.add_argument_group("method and data")
 g.add_argument("--method", default="cobalt", choices=["cobalt", "single-turn", "grpo-mt", "verpo-mt", "sft"],
                help="cobalt: one program per offline context (the paper); single-turn: GRPO on first turns (the "
@@ -175,7 +179,8 @@ g.add_argument("--save-dtype", default=None, choices=["float32", "bfloat16"],
                help="dtype of --out/final (default: the compute dtype: bfloat16 under --mixed-precision bf16)")
 g.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --out")
 SETTINGS = cli.settings_of(ap, besides={
-    "engine", "vllm_gpu_memory_utilization", "gen_batch_size", "gradient_checkpointing", "workers", "logprob_chunk",
+    "engine", "vllm_gpu_memory_utilization", "gen_batch_size", "hf_decode", "kv_cache_gb", "sample_dtype",
+    "gradient_checkpointing", "workers", "logprob_chunk",
     "micro_batch_size", "micro_batch_tokens", "max_steps", "max_nonfinite_steps", "val_contexts", "val_every",
     "val_limit", "val_temperature", "save_every", "keep_checkpoints", "log_with", "dist_timeout_minutes", "out",
     "save_dtype", "resume", "vllm_max_num_seqs", "vllm_sleep_mode"})  # (what does not decide the run: settings.json)
@@ -455,7 +460,8 @@ def learner_of(args, accelerator, model_path: str, use_vllm: bool, tokenizer, po
                        max_model_len=args.max_prompt_tokens + args.max_new_tokens, max_num_seqs=args.vllm_max_num_seqs,
                        sleep_mode=args.vllm_sleep_mode)
     else:
-        options = dict(batch_size=args.gen_batch_size)
+        options = dict(batch_size=args.gen_batch_size, decode=args.hf_decode, kv_cache_gb=args.kv_cache_gb,
+                       dtype=args.sample_dtype)
     return make_learner(accelerator, model_path, tokenizer, policy_lm, compute_dtype, lr=args.lr,
                         weight_decay=args.weight_decay, kl_coef=args.kl_coef, fsdp=args.fsdp,
                         logprob_chunk=args.logprob_chunk, gradient_checkpointing=args.gradient_checkpointing,

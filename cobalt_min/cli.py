@@ -251,6 +251,18 @@ def stop_after_code_flag(group) -> None:
                             "EOS or --max-new-tokens")
 
 
+def hf_engine_flags(group) -> None:
+    """The transformers engine's fast path, the same flags in collect.py, evaluate.py and train.py (generation.HFEngine,
+    generation_speed.py): how it samples, not what (the same tokens, to float rounding)."""
+    group.add_argument("--hf-decode", default="auto", choices=["auto", "fast", "plain"],
+                       help="transformers engine: fast (keys and values kept across turns, continuous batching, the "
+                            "decoder written out: Llama, Qwen2, Qwen3), plain (the reference loop), auto (fast on "
+                            "CPUs where it runs the model, checked at start; plain elsewhere)")
+    group.add_argument("--kv-cache-gb", type=number(0), default=None,
+                       help="transformers engine, fast path: GiB of keys and values kept across turns (0: none; "
+                            "default: a quarter of the memory free at start)")
+
+
 def api_flags(group) -> None:
     """--engine api's server flags, the same in collect.py and evaluate.py (engines/api.py); --model names the
     model as the server lists it."""

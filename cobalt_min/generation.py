@@ -10,9 +10,10 @@ Both engines sample exactly softmax(logits / temperature) within top_p (no top-k
 distribution train.py's log-probs describe), and give each request its own seed (request_seeds).
 `thinking` switches the template's thinking mode (Qwen3's enable_thinking) where it has one.
 Here: model loading, chat prompts, the exact sampler (sample_tokens, request_seeds) and the transformers
-engine (HFEngine); the vLLM engine is in engines/vllm.py, the API one in engines/api.py, the transformers
-engine's speed pieces (the same tokens with less work) in generation_speed.py, and engines/ chooses and
-builds one (--engine).
+engine (HFEngine, its plain decode loop); the vLLM engine is in engines/vllm.py, the API one in engines/api.py,
+the transformers engine's fast path (the same tokens with less work: keys and values kept across turns,
+continuous batching, the decoder written out, bfloat16 where the CPU has it) in generation_speed.py, and
+engines/ chooses and builds one (--engine).
 """
 
 import dataclasses
@@ -20,12 +21,13 @@ import importlib.util
 import inspect
 import os
 import socket
+import time
 import urllib.parse
 from pathlib import Path
 
 import torch
 
-from cobalt_min.generation_speed import packed_linears, shared_prefix_prefill
+from cobalt_min.generation_speed import FastSampler, packed_linears, plan_fast_path
 from cobalt_min.prompts import has_code_block
 
 
@@ -212,7 +214,16 @@ class HFEngine:
     sample depends on which other requests share its batch. Here each request has its own generator
     (request_seeds): samples are exactly softmax(logits / T) with top-p, and the same whatever the
     batch size or order. The n samples of a prompt share one run of it (prefill); finished rows leave
-    the batch (their KV cache rows are dropped).
+    the batch (their KV cache rows are dropped). That loop (sample, _decode, _prefill) is the definition.
+
+    The fast path (decode="auto" on CPUs, "fast" anywhere; generation_speed.FastSampler) samples the same
+    tokens, to float rounding, with less work: the keys and values of each finished sequence are kept, so
+    that a feedback turn runs only its new tokens (up to kv_cache_gb GiB; None: a quarter of the memory free
+    at start; 0: none), finished rows are refilled by waiting requests, and the decoder is written out for
+    the Llama / Qwen2 / Qwen3 families (checked against the model at start; other models take the loop).
+    dtype "auto" samples there in bfloat16 where the CPU multiplies it natively (float32 elsewhere; logits
+    and sampling in float32). `description` says which path samples, in which dtype; `stats` counts prompt
+    tokens run and reused, decoded tokens and their seconds.
 
     stop_after_code: a response also ends with the token that closes its first complete fenced code
     block (the demo's setting, --stop-after-code: the reward reads the code, and the explanation a small
@@ -221,7 +232,7 @@ class HFEngine:
 
     def __init__(self, model_path: str, *, gguf_file: str | None = None, dtype="auto", device=None,
                  thinking: bool | None = None, batch_size: int = 64, model=None, tokenizer=None,
-                 stop_after_code: bool = False):
+                 stop_after_code: bool = False, decode: str = "auto", kv_cache_gb: float | None = None):
         if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         if model is None:
@@ -239,6 +250,14 @@ class HFEngine:
                               if piece and "`" in piece} if stop_after_code else set()
         # transformers renamed the forward's KV-cache argument (past_key_values -> cache): use what it takes.
         self._cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        # what sampling cost, summed over calls (rollout's per-turn timings read it): prompt tokens run and reused
+        # (the fast path's KV cache), their seconds, decode steps, tokens decoded (rows x steps) and their seconds
+        self.stats = dict.fromkeys(("prefill_tokens", "reused_tokens", "prefill_s", "decode_steps", "decode_tokens",
+                                    "decode_s"), 0)
+        # the fast path (generation_speed.py: keys and values kept across turns, continuous batching, the decoder
+        # written out), where it runs this model; description: which path samples, in which dtype
+        options, self.description = plan_fast_path(model, decode, dtype, kv_cache_gb)
+        self.fast = FastSampler(self, sample_tokens, **options) if options else None
 
     def prompt_ids(self, conversation: list[dict]) -> list[int]:
         """Token ids of the chat-templated conversation, ready for the assistant's turn."""
@@ -262,6 +281,9 @@ class HFEngine:
         """n completions for each prompt (token ids). Prompts are grouped by length to limit padding.
         seed: the call's seed, or one per prompt (request_seeds)."""
         seeds = request_seeds(seed, len(prompts), n)
+        if self.fast is not None:
+            tokens = self.fast.sample(prompts, seeds, n, temperature, top_p, max_new_tokens)
+            return [[self._completion(tokens[i * n + j]) for j in range(n)] for i in range(len(prompts))]
         requests = [(i, p, seeds[i] + j) for i, p in enumerate(prompts) for j in range(n)]
         order = sorted(range(len(requests)), key=lambda r: len(requests[r][1]))
         done: dict[int, Completion] = {}
@@ -282,7 +304,10 @@ class HFEngine:
     def _decode(self, prompts, rows, seeds, temperature, top_p, max_new_tokens) -> list[list[int]]:
         """Sampled tokens of each row (rows[k]: its prompt), up to EOS or max_new_tokens. The prompts are
         run once (_prefill); their KV cache is then repeated for the rows."""
-        logits, cache, mask, last = self._prefill(prompts, max_new_tokens)
+        start = time.perf_counter()
+        logits, cache, mask, last = self._prefill(prompts)
+        self.stats["prefill_tokens"] += sum(len(p) for p in prompts)
+        self.stats["prefill_s"] += time.perf_counter() - start
         generators = [torch.Generator().manual_seed(s) for s in seeds]  # one per row, on the CPU: same on any device
         index = torch.tensor(rows, device=self.device)
         cache[self._cache_arg].batch_select_indices(index)  # (U, ...) -> (R, ...)
@@ -305,19 +330,19 @@ class HFEngine:
                 cache[self._cache_arg].batch_select_indices(index)
                 mask, last, nxt = mask[index], last[index], nxt[index]
                 alive = [alive[k] for k in keep]
+            start = time.perf_counter()
             mask = torch.cat([mask, mask.new_ones((len(alive), 1))], dim=1)
             last = last + 1
             logits = self.model(input_ids=nxt[:, None], attention_mask=mask, position_ids=last[:, None],
                                 use_cache=True, **cache).logits[:, -1]
+            self.stats["decode_s"] += time.perf_counter() - start
+            self.stats["decode_steps"] += 1
+            self.stats["decode_tokens"] += len(alive)
         return tokens
 
-    def _prefill(self, prompts, extra_tokens):
+    def _prefill(self, prompts):
         """Run the prompts (token lists) -> (logits of each prompt's last token (U, V), the KV cache, attention
-        mask (U, W), position of each last token (U,)): the left-padded batch in one forward. Where it can,
-        generation_speed.shared_prefix_prefill computes the same numbers with less work."""
-        fast = shared_prefix_prefill(self, prompts, extra_tokens)
-        if fast is not None:
-            return fast
+        mask (U, W), position of each last token (U,)): the left-padded batch in one forward."""
         from transformers import DynamicCache
         width = max(len(p) for p in prompts)
         ids = torch.full((len(prompts), width), self.tokenizer.pad_token_id, dtype=torch.long)

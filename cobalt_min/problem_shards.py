@@ -123,13 +123,16 @@ def make_script_engine(args, ranks: Ranks):
     if args.engine == "api" and ranks.world > 1:
         raise SystemExit("error: --engine api runs in one process (the server does the work; --api-concurrency "
                          "sets the requests in flight): launch without torchrun / accelerate")
-    return make_engine(args.engine, model_location(args.model), thinking=args.thinking, dtype=args.dtype,
-                       batch_size=args.gen_batch_size,
-                       tensor_parallel_size=args.tensor_parallel_size, device=ranks.device,
-                       gpu_memory_utilization=args.vllm_gpu_memory_utilization, seed=args.seed,
-                       max_num_seqs=args.vllm_max_num_seqs, stop_after_code=args.stop_after_code,
-                       api_base=args.api_base, key_env=args.api_key_env, concurrency=args.api_concurrency,
-                       retries=args.api_retries, timeout=args.api_timeout)
+    engine = make_engine(args.engine, model_location(args.model), thinking=args.thinking, dtype=args.dtype,
+                         batch_size=args.gen_batch_size, decode=args.hf_decode, kv_cache_gb=args.kv_cache_gb,
+                         tensor_parallel_size=args.tensor_parallel_size, device=ranks.device,
+                         gpu_memory_utilization=args.vllm_gpu_memory_utilization, seed=args.seed,
+                         max_num_seqs=args.vllm_max_num_seqs, stop_after_code=args.stop_after_code,
+                         api_base=args.api_base, key_env=args.api_key_env, concurrency=args.api_concurrency,
+                         retries=args.api_retries, timeout=args.api_timeout)
+    if ranks.main and getattr(engine, "description", None):
+        print(engine.description, file=sys.stderr)  # (the transformers engine: which path samples, in which dtype)
+    return engine
 
 
 def sandbox_workers(args, ranks: Ranks) -> int | None:

@@ -139,6 +139,30 @@ def learning_fields(prompt_ids: list, completion, verdict: dict | None, problem)
             "tests_passed": verdict.get("tests_passed") if verdict else [False] * len(problem.all_tests()["inputs"])}
 
 
+def note_time(timings: dict, t: int, phase: str, start: float, engine=None, engine_before: dict | None = None):
+    """Add the seconds since `start` to timings[phase] and to turn t's own (f"turn{t}.{phase}"), and what the
+    engine counted meanwhile (the transformers engine's stats: prefill and decode tokens and seconds)."""
+    seconds = time.perf_counter() - start
+    timings[phase] += seconds
+    timings[f"turn{t}.{phase}"] = timings.get(f"turn{t}.{phase}", 0.0) + seconds
+    for key, value in getattr(engine, "stats", {}).items():
+        timings[f"turn{t}.{key}"] = timings.get(f"turn{t}.{key}", 0) + value - engine_before.get(key, 0)
+
+
+def time_lines(timings: dict) -> list[str]:
+    """Where a rollout's time went, a line per turn (note_time's keys; summed over blocks and ranks)."""
+    lines, t = [], 0
+    while f"turn{t}.generate_s" in timings:
+        get = lambda key: timings.get(f"turn{t}.{key}", 0)  # noqa: E731
+        line = f"  turn {t}: sampling {get('generate_s'):.1f} s"
+        if f"turn{t}.decode_s" in timings:  # the transformers engine counts its prefill and decoding
+            line += (f" (prefill {get('prefill_s'):.1f} s: {get('prefill_tokens'):,} prompt tokens run, "
+                     f"{get('reused_tokens'):,} reused; decoding {get('decode_s'):.1f} s: {get('decode_tokens'):,} tokens)")
+        lines.append(line + f", sandbox {get('execute_s'):.1f} s")
+        t += 1
+    return lines
+
+
 def rollout(problems: list, engine, *, samples: int, feedback_turns: int, temperature: float = 0.6, top_p: float = 0.95,
             max_new_tokens: int = 8192, seed: int | list[int] = 0, thinking: bool = False,
             stop_on_public_pass: bool = False, grader=None, workers=None, feedback_tests: list | None = None,
@@ -149,10 +173,10 @@ def rollout(problems: list, engine, *, samples: int, feedback_turns: int, temper
     feedback_tests: per problem, the public tests whose results the model sees (default: its public tests;
     perturbed ones under perturbation). Scores always use the true tests. grader: graders.py's (None: the authors').
     keep_tokens: each turn's record also holds what online multi-turn training (train.py --method grpo-mt,
-    verpo-mt) learns on (learning_fields).
-    seed: an int (the call's), or one seed per problem (train.py: by the problem's position in the global
-    batch, so that a conversation does not depend on the number of ranks; sample_turn says how it is used).
-    Returns (trajectories, timings): trajectories[i][s] is the record of problem i, sample s."""
+    verpo-mt) learns on (learning_fields). seed: an int (the call's), or one seed per problem (train.py: by
+    the problem's position in the global batch, so that a conversation does not depend on the number of
+    ranks; sample_turn says how it is used). Returns (trajectories, timings): trajectories[i][s] is the record
+    of problem i, sample s; timings: seconds of sampling and of the sandbox, in all and per turn (note_time)."""
     feedback_tests = feedback_tests or [p.public_tests for p in problems]
     grader = graders.get(grader)
     convs = [[first_turn_messages(p.question, p.starter_code, p.fn_name) for _ in range(samples)] for p in problems]
@@ -165,10 +189,10 @@ def rollout(problems: list, engine, *, samples: int, feedback_turns: int, temper
         if not live:
             break
         # ------------------------------------------------------------ generate: one call per turn
-        start = time.perf_counter()
+        start, engine_before = time.perf_counter(), dict(getattr(engine, "stats", {}))
         prompts, completions = sample_turn(engine, convs, live, t, samples=samples, temperature=temperature,
                                            top_p=top_p, max_new_tokens=max_new_tokens, seed=seed)
-        timings["generate_s"] += time.perf_counter() - start
+        note_time(timings, t, "generate_s", start, engine, engine_before)
         for (i, s), c in completions.items():  # a request that failed after its retries (the API engine): no
             if c.error:                         # program to score, the conversation is lost (set_apart_lost)
                 trajs[i][s].update(infra_error=c.error, stopped=True)
@@ -179,7 +203,7 @@ def rollout(problems: list, engine, *, samples: int, feedback_turns: int, temper
         programs, scored, verdicts = execute_turn([responses[key] for key in live], [problems[i] for i, _ in live],
                                                   [feedback_tests[i] for i, _ in live], thinking=thinking,
                                                   grader=grader, workers=workers)
-        timings["execute_s"] += time.perf_counter() - start
+        note_time(timings, t, "execute_s", start)
         # ------------------------------------------------------------ record, give feedback
         for (i, s), program, scored_program, v in zip(live, programs, scored, verdicts):
             if v and "infra_error" in v:  # the conversation goes on (training needs its turns), but it is lost

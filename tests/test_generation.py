@@ -58,8 +58,9 @@ def _prompts(engine):
     return [engine.prompt_ids(c) for c in convs]
 
 
-def test_engine_samples_equal_the_definition_whatever_the_batch(tiny_model_dir):
-    engine = HFEngine(tiny_model_dir, device="cpu", batch_size=8)
+@pytest.mark.parametrize("decode", ["plain", "fast"])
+def test_engine_samples_equal_the_definition_whatever_the_batch(tiny_model_dir, decode):
+    engine = HFEngine(tiny_model_dir, device="cpu", batch_size=8, decode=decode, dtype="float32")
     prompts = _prompts(engine)
     kw = dict(n=3, temperature=1.0, top_p=0.9, max_new_tokens=12, seed=5)
     batched = engine.sample(prompts, **kw)
@@ -73,8 +74,9 @@ def test_engine_samples_equal_the_definition_whatever_the_batch(tiny_model_dir):
             assert batched[i][j].token_ids == ref, (i, j)
 
 
-def test_engine_ignores_the_models_generation_config(tiny_model_dir):
-    engine = HFEngine(tiny_model_dir, device="cpu")
+@pytest.mark.parametrize("decode", ["plain", "fast"])
+def test_engine_ignores_the_models_generation_config(tiny_model_dir, decode):
+    engine = HFEngine(tiny_model_dir, device="cpu", decode=decode)
     prompts = _prompts(engine)[:1]
     kw = dict(n=6, temperature=1.0, top_p=1.0, max_new_tokens=8, seed=1)
     plain = [c.token_ids for c in engine.sample(prompts, **kw)[0]]
@@ -84,8 +86,9 @@ def test_engine_ignores_the_models_generation_config(tiny_model_dir):
     assert len({tuple(t) for t in plain}) > 1
 
 
-def test_identical_requests_get_their_own_random_streams(tiny_model_dir):
-    engine = HFEngine(tiny_model_dir, device="cpu")
+@pytest.mark.parametrize("decode", ["plain", "fast"])
+def test_identical_requests_get_their_own_random_streams(tiny_model_dir, decode):
+    engine = HFEngine(tiny_model_dir, device="cpu", decode=decode)
     prompt = _prompts(engine)[0]
     outs = engine.sample([prompt] * 4, n=1, temperature=1.0, top_p=1.0, max_new_tokens=8, seed=3)
     assert len({tuple(o[0].token_ids) for o in outs}) == 4
@@ -93,52 +96,43 @@ def test_identical_requests_get_their_own_random_streams(tiny_model_dir):
     assert len(set(request_seeds(3, 4, 1))) == 4 and request_seeds(3, 2, 5)[1] == request_seeds(3, 2, 5)[0] + 5
 
 
-def test_the_fast_cpu_paths_compute_the_same_logits(tiny_model_dir):
-    # packed_linears (oneDNN-reordered weights) and roomy_cache (keys and values written in place) are
-    # speed only: the logits of a prefill and of decode steps, with rows dropped on the way, stay those
-    # of the plain model with transformers' own DynamicCache.
+def test_packed_linears_compute_the_same_logits(tiny_model_dir):
+    # packed_linears (the plain loop's oneDNN-reordered float32 weights) is speed only: the logits of a prefill
+    # and of decode steps stay the plain model's; the layers are themselves again after it.
     from transformers import AutoModelForCausalLM, DynamicCache
 
-    from cobalt_min.generation_speed import packed_linears, roomy_cache
+    from cobalt_min.generation_speed import packed_linears
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
     ids = torch.randint(3, model.config.vocab_size, (3, 7), generator=torch.Generator().manual_seed(0))
     mask = torch.ones_like(ids)
     mask[0, :2] = 0  # left padding
 
-    def run(cache, packed):
-        out, m = [], mask
+    def run(packed):
+        out, m, cache = [], mask, DynamicCache(config=model.config)
         with torch.no_grad(), (packed_linears(model) if packed else contextlib.nullcontext()):
             if packed and torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise"):
                 assert all("forward" in mod.__dict__ for mod in model.modules() if isinstance(mod, torch.nn.Linear))
             logits = model(input_ids=ids, attention_mask=m, cache=cache, use_cache=True).logits
             out.append(logits)
             nxt, pos = logits[:, -1].argmax(-1), torch.full((3,), 7)
-            for step in range(4):
-                if step == 2:  # a finished row leaves the batch
-                    keep = torch.tensor([0, 2])
-                    cache.batch_select_indices(keep)
-                    nxt, pos, m = nxt[keep], pos[keep], m[keep]
+            for step in range(3):
                 m = torch.cat([m, m.new_ones(len(nxt), 1)], 1)
                 logits = model(input_ids=nxt[:, None], attention_mask=m, position_ids=pos[:, None], cache=cache,
                                use_cache=True).logits
                 out.append(logits)
                 nxt, pos = logits[:, -1].argmax(-1), pos + 1
         return out
-    plain = run(DynamicCache(config=model.config), packed=False)
-    roomy = run(roomy_cache(model.config, 4), packed=False)
-    assert all(torch.equal(a, b) for a, b in zip(plain, roomy))
-    fast = run(roomy_cache(model.config, 4), packed=True)
-    assert all(torch.allclose(a, b, atol=1e-4) for a, b in zip(plain, fast))
+    assert all(torch.allclose(a, b, atol=1e-4) for a, b in zip(run(False), run(True)))
     assert not any("forward" in mod.__dict__ for mod in model.modules())  # restored on exit
 
 
-def test_prompts_sharing_a_prefix_in_several_groups_sample_as_the_definition(tiny_model_dir):
-    # More prompts than one prefill group, of many lengths, all starting with the same long system prompt:
-    # the shared prefix is run once and the rest in groups; samples stay those of the definition.
-    from cobalt_min.generation_speed import PREFILL_GROUP
-    engine = HFEngine(tiny_model_dir, device="cpu")
+@pytest.mark.parametrize("decode", ["plain", "fast"])
+def test_prompts_sharing_a_prefix_sample_as_the_definition(tiny_model_dir, decode):
+    # More prompts than rows, of many lengths, all starting with the same long system prompt (the fast path runs
+    # it once and reuses it for the others): samples stay those of the definition.
+    engine = HFEngine(tiny_model_dir, device="cpu", decode=decode, dtype="float32", batch_size=4)
     system = {"role": "system", "content": "You are a careful assistant. " * 4}
-    convs = [[system, {"role": "user", "content": "q" * (1 + 3 * k)}] for k in range(PREFILL_GROUP + 3)]
+    convs = [[system, {"role": "user", "content": "q" * (1 + 3 * k)}] for k in range(11)]
     prompts = [engine.prompt_ids(c) for c in convs]
     outs = engine.sample(prompts, n=1, temperature=1.0, top_p=1.0, max_new_tokens=6, seed=2)
     seeds = request_seeds(2, len(prompts), 1)
@@ -161,7 +155,8 @@ def test_non_thinking_runs_tell_the_template_so(tiny_model_dir):
     assert train.parse_args(["--model", "m", "--contexts", "c", "--out", "o"]).thinking is False
 
 
-def test_stop_after_code_ends_a_response_with_its_first_code_block(tiny_model_dir, monkeypatch):
+@pytest.mark.parametrize("decode", ["plain", "fast"])
+def test_stop_after_code_ends_a_response_with_its_first_code_block(tiny_model_dir, monkeypatch, decode):
     # The sampler is scripted (a random tiny model writes no code): the response is the sampled tokens up
     # to the one that closes the first complete fenced block, and counts as finished; without the rule,
     # or without a closed block, sampling goes on to max_new_tokens as before.
@@ -169,9 +164,10 @@ def test_stop_after_code_ends_a_response_with_its_first_code_block(tiny_model_di
     script = "Here:\n```python\nx = 1\n```\nand then an explanation that goes on"
 
     def run(stop_after_code, text, max_new_tokens=80):
-        engine = HFEngine(tiny_model_dir, device="cpu", stop_after_code=stop_after_code)
-        ids = iter(engine.tokenizer(text, add_special_tokens=False)["input_ids"] + [engine.tokenizer.pad_token_id] * 99)
+        tokenizer = HFEngine(tiny_model_dir, device="cpu", decode="plain").tokenizer
+        ids = iter(tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.pad_token_id] * 99)
         monkeypatch.setattr(generation, "sample_tokens", lambda logits, *a: torch.tensor([next(ids) for _ in logits]))
+        engine = HFEngine(tiny_model_dir, device="cpu", stop_after_code=stop_after_code, decode=decode)
         (c,), = engine.sample(_prompts(engine)[:1], n=1, max_new_tokens=max_new_tokens, seed=0)
         return c, engine.tokenizer
     c, tok = run(True, script)
@@ -183,25 +179,6 @@ def test_stop_after_code_ends_a_response_with_its_first_code_block(tiny_model_di
     assert len(c.token_ids) == 20 and not c.finished  # an open block does not stop it
     with pytest.raises(SystemExit, match="--engine hf"):
         generation.check_stop_rule(True)
-
-
-def test_without_transformers_dynamic_layer_the_plain_cache_is_used(tiny_model_dir, monkeypatch, capsys):
-    # The speed path (generation_speed) leans on transformers' DynamicLayer; a version without it takes the
-    # plain left-padded prefill, says so once, and samples the same tokens. The prompts share a prefix and
-    # differ in length, so the plain path's padding and mask are exercised (the speed path lays them out
-    # otherwise: padding between the shared prefix and each prompt's own tokens).
-    import transformers.cache_utils
-    from cobalt_min import generation_speed
-    from cobalt_min.generation import HFEngine
-    engine = HFEngine(tiny_model_dir)
-    prompts = [engine.prompt_ids([{"role": "user", "content": "Say hi" + "!" * k}]) for k in (0, 3, 7)]
-    assert len({len(p) for p in prompts}) == 3 and generation_speed.common_prefix_length(prompts) > 5
-    want = [[c.token_ids for c in cs] for cs in engine.sample(prompts, n=2, temperature=1.0, max_new_tokens=6, seed=3)]
-    monkeypatch.delattr(transformers.cache_utils, "DynamicLayer")
-    monkeypatch.setattr(generation_speed, "_NOTED", [])
-    got = [[c.token_ids for c in cs] for cs in engine.sample(prompts, n=2, temperature=1.0, max_new_tokens=6, seed=3)]
-    assert got == want
-    assert capsys.readouterr().out.count("has no DynamicLayer") == 1
 
 
 def test_hub_ids_without_a_reachable_hub_read_the_cache_at_once(tiny_model_dir, tmp_path):

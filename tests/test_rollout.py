@@ -108,15 +108,26 @@ def test_stop_on_public_pass_keeps_the_last_program():
 
 
 def test_rollout_with_a_tiny_transformers_model(tiny_model_dir):
+    # ... and the time of each turn: sampling (the engine's prompt tokens run and reused: turn 1 reuses turn 0's
+    # conversation), the sandbox, in all and per turn (what evaluate.py prints at its end)
     from cobalt_min.generation import HFEngine
+    from cobalt_min.rollout import time_lines
     probs = load_problems("demo", limit=2, verbose=False)
     engine = HFEngine(tiny_model_dir)
-    trajs, _ = rollout(probs, engine, samples=2, feedback_turns=1, max_new_tokens=16, temperature=1.0, progress=False)
+    trajs, timings = rollout(probs, engine, samples=2, feedback_turns=1, max_new_tokens=16, temperature=1.0,
+                             progress=False, keep_tokens=True)
     for per_problem in trajs:
         for t in per_problem:
             assert len(t["turns"]) == 2
             assert all(isinstance(x["response"], str) for x in t["turns"])
             assert t["messages"][-1]["role"] == "user"  # feedback after the last program too
+    assert timings["generate_s"] == timings["turn0.generate_s"] + timings["turn1.generate_s"]
+    assert timings["turn1.reused_tokens"] > timings["turn1.prefill_tokens"] > 0
+    for turn in (0, 1):  # a decode step runs each live row's last token: all its tokens but the last
+        sampled = [len(t["turns"][turn]["token_ids"]) for per_problem in trajs for t in per_problem]
+        assert timings[f"turn{turn}.decode_tokens"] == sum(sampled) - len(sampled)
+    lines = time_lines(timings)
+    assert len(lines) == 2 and lines[1].startswith("  turn 1: sampling") and "reused" in lines[1]
 
 
 def test_thinking_models_are_scored_on_the_answer_kept_in_the_conversation():

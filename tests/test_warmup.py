@@ -111,7 +111,9 @@ def test_one_sft_step_is_adamw_on_the_targets_negative_log_likelihood(tiny_model
     torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.01).step()
     trained = load_file(str(tmp_path / "run" / "final" / "model.safetensors"))
     mine = model.state_dict()
-    assert all(torch.allclose(trained[k], mine[k], atol=2e-5) for k in trained), "not one AdamW step on the NLL"
+    # (AdamW's step of an element whose gradient is near its eps, 1e-8, is sensitive to the gradient's last bits:
+    # summed in another order on another CPU it moves by up to a few 1e-5; a wrong step moves by about lr, 1e-2)
+    assert all(torch.allclose(trained[k], mine[k], atol=2e-4) for k in trained), "not one AdamW step on the NLL"
     assert any(not torch.allclose(trained[k], AutoModelForCausalLM.from_pretrained(tiny_model_dir).state_dict()[k])
                for k in trained)
 

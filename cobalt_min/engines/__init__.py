@@ -47,6 +47,6 @@ def make_engine(kind: str, model_path: str, **kw):
         vkw = {k: kw[k] for k in ("thinking", "tensor_parallel_size", "gpu_memory_utilization", "dtype", "seed",
                                   "max_model_len", "max_num_seqs", "sleep_mode") if k in kw}
         return VLLMEngine(model_path, **vkw)
-    hkw = {k: kw[k] for k in ("thinking", "dtype", "device", "batch_size", "stop_after_code", "model", "tokenizer")
-           if k in kw}
+    hkw = {k: kw[k] for k in ("thinking", "dtype", "device", "batch_size", "stop_after_code", "model", "tokenizer",
+                              "decode", "kv_cache_gb") if kw.get(k) is not None}
     return HFEngine(folder, gguf_file=gguf_file, **hkw)

@@ -38,7 +38,9 @@ class VLLMEngine:
                  sleep_mode: bool = False):
         check_vllm_api()
         from vllm import LLM
-        kw = vllm_launch_kwargs(tensor_parallel_size, seed)
+        # prefix caching (vLLM's default, said here): a feedback turn's prompt reuses the keys and values of the
+        # conversation so far; emptied after every weight push (load_weights)
+        kw = dict(vllm_launch_kwargs(tensor_parallel_size, seed), enable_prefix_caching=True)
         if max_model_len:
             kw.update(max_model_len=max_model_len, max_num_batched_tokens=max_num_batched_tokens)
         if max_num_seqs:  # sequences in flight at most: fewer than the KV cache holds means no preemption
@@ -50,6 +52,12 @@ class VLLMEngine:
         if vllm_build() == "cpu":
             kv_cache_gb = kv_cache_gb or float(os.environ.get("VLLM_CPU_KVCACHE_SPACE") or 1)
             kw["kv_cache_memory_bytes"] = int(kv_cache_gb * (1 << 30))
+            # A seeded request whose prompt is run in two steps (chunked prefill: prompts that together exceed a
+            # step's token budget, as a block of feedback turns does) stops vLLM 0.32's CPU build ("CPU Generator
+            # does not use offset", when it rewinds the request's generator): each prompt runs in one step there.
+            kw["enable_chunked_prefill"] = False
+            if max_model_len:  # (without chunks a step must hold the longest prompt)
+                kw["max_num_batched_tokens"] = max(max_num_batched_tokens, max_model_len)
         if isinstance(dtype, torch.dtype):
             dtype = str(dtype).removeprefix("torch.")  # the trainer's compute dtype (vLLM's "auto" may differ)
         self.llm = LLM(model=model_path, tensor_parallel_size=tensor_parallel_size, dtype=dtype,

@@ -107,6 +107,8 @@ def make_learner(accelerator, model_path: str, tokenizer, policy_lm, compute_dty
     else:  # the transformers engine samples with the policy's own weights (under --fsdp a full copy of them)
         sampler = make_engine("hf", model_path, model=sampler_lm if fsdp else accelerator.unwrap_model(wrapped).lm,
                               tokenizer=tokenizer, device=accelerator.device, **engine_options)
+    if accelerator.is_main_process and getattr(sampler, "description", None):
+        print(sampler.description, flush=True)  # (the transformers engine: which path samples, in which dtype)
     accelerator.wait_for_everyone()  # every rank's engine is up before the first collective
     return Learner(accelerator, wrapped, ref, optimizer, tokenizer, sampler, use_vllm or fsdp, compute_dtype)
 
