@@ -32,7 +32,8 @@ $(VLLM_VENV)/bin/.installed: requirements.txt Makefile
 test-vllm-cpu: $(VLLM_VENV)/bin/.installed
 	COBALT_REQUIRE_VLLM=cpu VLLM_CPU_CI_ENV=1 $(VLLM_VENV)/bin/python -m pytest -q tests/test_vllm_cpu.py
 
-# The whole suite (about 15-20 minutes on an idle 2-core machine). Hostile-program tests need root, unshare and bwrap.
+# The whole suite (about 20 minutes on an idle 2-core machine; docs/testing.md). Hostile-program tests need root,
+# unshare and bwrap.
 # pytest's exit code 5 ("no tests collected", e.g. a -k filter matching nothing) is not a failure.
 test: setup
 	$(BIN)/python -m pytest -q tests; rc=$$?; [ $$rc -eq 5 ] && echo "pytest: no tests collected"; \
@@ -69,6 +70,7 @@ demo-repair: setup
 notebook: setup
 	$(BIN)/jupyter execute --inplace notebooks/cobalt_walkthrough.ipynb
 
-# The paper's comparison: base model, COBALT, GRPO-MT and VeRPO-MT on the demo's held-out problems (compare_out/).
+# The paper's comparison: base model, COBALT, FT (single-turn GRPO), GRPO-MT and VeRPO-MT on the demo's held-out
+# problems (compare_out/).
 compare: setup
 	bash compare.sh

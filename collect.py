@@ -46,8 +46,9 @@ def parser() -> argparse.ArgumentParser:
     """collect.py's flags, grouped by phase; defaults are the paper's (§4)."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=cli.HelpFormatter)
     g = ap.add_argument_group("model")
-    g.add_argument("--model", type=cli.source, default=None,
-                   help="reference model: hub id, folder, .gguf file or 'smollm2'")
+    g.add_argument("--model", default=None,
+                   help="reference model: hub id, folder, .gguf file or 'smollm2'; with --engine api its name on the "
+                        "server")
     g.add_argument("--engine", default="auto", choices=["auto", "vllm", "hf", "api"],
                    help="sampler: vLLM or transformers (auto: vLLM when installed with a GPU)"
                         "; api: a model behind an OpenAI-compatible server (--api-base; --model: its name there)")
@@ -84,7 +85,9 @@ def parser() -> argparse.ArgumentParser:
                    help="train: keep diff > 0 and max == 1, down-sample to --m; validation: the one trajectory "
                         "with the smallest diff > 0")
     g.add_argument("--m", type=cli.count, default=4, help="trajectories kept per problem")
-    g.add_argument("--prompt-budget", type=cli.count, default=PROMPT_BUDGET, help="max context tokens")
+    g.add_argument("--prompt-budget", type=cli.count, default=PROMPT_BUDGET,
+                   help="a context longer than this ends its trajectory's cut (the authors' 10,000; train.py's "
+                        "--max-prompt-tokens 10,240 is their training limit, a little above it)")
     g.add_argument("--tokenizer", type=cli.source, default=None,
                    help="tokenizer for the budget (default: --model; the policy's)")
     g.add_argument("--process-only", action="store_true", help="only rebuild contexts from DIR/raw.jsonl")
@@ -99,7 +102,10 @@ def parser() -> argparse.ArgumentParser:
 
 
 def parse_args(argv=None):
-    return parser().parse_args(argv)
+    ap = parser()
+    args = ap.parse_args(argv)
+    cli.check_model_flags(ap, args)
+    return args
 
 
 # What decides the trajectories a collection writes (a --resume must keep it, cli.record_settings): every flag
@@ -126,6 +132,9 @@ def collect(args):
     down-sampling and the cut into contexts (contexts.jsonl, stats.json, report.html)."""
     if os.environ.get("RANK", "0") == "0":
         print(cli.settings_line("collect.py", args), file=sys.stderr)
+        if budget_tokenizer(args) is None:  # (said before the sampling, not after it)
+            print("warning: no --tokenizer (an API model's name is not one): the contexts' prompt budget "
+                  f"(--prompt-budget {args.prompt_budget}) will not be checked", file=sys.stderr)
     cli.check_tracker(args.log_with)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -164,6 +173,14 @@ def collect_trajectories(args, ranks, raw_path: Path) -> dict | None:
     return getattr(engine, "usage", None)
 
 
+def budget_tokenizer(args) -> str | None:
+    """The tokenizer that counts the contexts' prompt tokens: --tokenizer, else the model's (not an API model's:
+    its name on a server is no tokenizer); None: the budget is not checked."""
+    if args.tokenizer:
+        return args.tokenizer
+    return model_location(args.model) if args.model and args.engine != "api" else None
+
+
 def write_contexts(args, out: Path, raw_path: Path, usage: dict | None) -> None:
     """§4 after the roll-outs: the trajectory filter, max-variance down-sampling and the cut into contexts
     (contexts.jsonl), their counts (stats.json, printed, to the tracker) and report.html. Trajectories the
@@ -173,11 +190,8 @@ def write_contexts(args, out: Path, raw_path: Path, usage: dict | None) -> None:
     if not records:
         raise SystemExit(f"error: no raw trajectories in {raw_path}")
     records, infra_errors = scored_records(records)
-    model = model_location(args.model) if args.model else None
-    tok_path = args.tokenizer or (model if args.engine != "api" else None)  # (an API model's name is no tokenizer)
+    tok_path = budget_tokenizer(args)
     count = prompt_token_counter(tok_path, args.thinking) if tok_path else None
-    if count is None:
-        print("warning: no --tokenizer: the prompt budget is not checked", file=sys.stderr)
     contexts, stats = build_contexts(records, {r["problem_id"]: r["tests"] for r in records}, split=args.split,
                                      m=args.m, count_prompt_tokens=count, budget=args.prompt_budget, seed=args.seed)
     ctx_path = out / "contexts.jsonl"

@@ -43,8 +43,9 @@ def parser() -> argparse.ArgumentParser:
     """evaluate.py's flags, grouped by phase; defaults are the paper's (§6)."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=cli.HelpFormatter)
     g = ap.add_argument_group("model")
-    g.add_argument("--model", type=cli.source, required=True,
-                   help="hub id, local folder, .gguf file, or 'smollm2' (the demo model)")
+    g.add_argument("--model", required=True,
+                   help="hub id, local folder, .gguf file, or 'smollm2' (the demo model); with --engine api its name "
+                        "on the server")
     g.add_argument("--engine", default="auto", choices=["auto", "vllm", "hf", "api"],
                    help="auto: vLLM when installed and a GPU is present, else transformers"
                         "; api: a model behind an OpenAI-compatible server (--api-base; --model: its name there)")
@@ -85,7 +86,7 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--perturbed", action="store_true", help="show perturbed public tests: taken from the problem "
                    "file when it has them (perturb.py tests), else made here with --perturb-seed")
     g.add_argument("--perturb-seed", type=int, default=0,
-                   help="which two expected outputs each problem swaps (perturbation.perturb_tests)")
+                   help="which two expected outputs each problem swaps (perturbation.perturb_public_tests)")
     g = ap.add_argument_group("output")
     g.add_argument("--out", type=cli.output_folder, required=True, help="output folder")
     g.add_argument("--resume", action="store_true",
@@ -99,7 +100,10 @@ def parser() -> argparse.ArgumentParser:
 
 
 def parse_args(argv=None):
-    return parser().parse_args(argv)
+    ap = parser()
+    args = ap.parse_args(argv)
+    cli.check_model_flags(ap, args)
+    return args
 
 
 # What decides the trajectories an evaluation writes (a --resume must keep it, cli.record_settings): every flag

@@ -7,7 +7,8 @@ r"""Perturbed feedback (paper §7): perturbed test sets, training augmentation, 
     python perturb.py analyze --run runs/ptb
     # classify them with an LLM judge (a local model, or any OpenAI-compatible server):
     python perturb.py judge --cases runs/ptb/hacking_candidates.jsonl --model Qwen/Qwen3-8B
-    python perturb.py judge --cases runs/ptb/hacking_candidates.jsonl --api-base http://localhost:8000/v1 --api-model M
+    python perturb.py judge --cases runs/ptb/hacking_candidates.jsonl --engine api --api-base http://localhost:8000/v1 \
+        --model M
     # perturbed training contexts from collected trajectories (no model calls), for train.py:
     python perturb.py augment --trajectories runs/collect/raw.jsonl --problems data/taco_train.jsonl \
         --out runs/collect/perturbed_contexts.jsonl
@@ -132,16 +133,9 @@ def cmd_judge(args):
     done = {(j["problem_id"], j["sample"], j["turn"]) for j in read_jsonl(out, repair=True)}
     todo = [c for c in cases if (c["problem_id"], c["sample"], c["turn"]) not in done]
     from cobalt_min.engines import make_engine
-    if args.api_base:  # the same engine as collect.py's and evaluate.py's --engine api
-        if not args.api_model:
-            raise SystemExit("error: --api-base needs --api-model")
-        engine = make_engine("api", args.api_model, api_base=args.api_base, key_env=args.api_key_env,
-                             concurrency=args.api_concurrency, retries=args.api_retries, timeout=args.api_timeout,
-                             thinking=args.thinking)
-    elif args.model:
-        engine = make_engine(args.engine, args.model, thinking=args.thinking)
-    else:
-        raise SystemExit("error: give --model, or --api-base and --api-model")
+    engine = make_engine(args.engine, args.model, thinking=args.thinking, api_base=args.api_base,
+                         key_env=args.api_key_env, concurrency=args.api_concurrency, retries=args.api_retries,
+                         timeout=args.api_timeout)  # (--engine api: the same engine as collect.py's and evaluate.py's)
     failed = 0
     for start in tqdm(range(0, len(todo), args.cases_at_once), desc="judging", unit="batch"):
         batch = todo[start:start + args.cases_at_once]
@@ -175,8 +169,8 @@ def cmd_judge(args):
         print(f"wrote {write_report(out.parent)}")
 
 
-def main(argv=None):
-    """perturb.py's command line: one subcommand per step of the paper's §7."""
+def parser() -> argparse.ArgumentParser:
+    """perturb.py's flags: one subcommand per step of the paper's §7."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=cli.HelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     tests = sub.add_parser("tests", formatter_class=cli.HelpFormatter,
@@ -218,20 +212,31 @@ def main(argv=None):
     judge.add_argument("--cases", type=cli.source, required=True, help="hacking_candidates.jsonl from `analyze`")
     judge.add_argument("--out", type=cli.output_file, default=None,
                    help="judgements JSONL (default: judgements.jsonl beside --cases)")
-    judge.add_argument("--model", type=cli.source, default=None, help="local judge model (hub id, folder, .gguf)")
-    judge.add_argument("--engine", default="auto", choices=["auto", "vllm", "hf"], help="local judge's engine")
+    judge.add_argument("--model", required=True,
+                       help="the judge: hub id, folder, .gguf; with --engine api its name on the --api-base server")
+    judge.add_argument("--engine", default="auto", choices=["auto", "vllm", "hf", "api"],
+                       help="auto: vLLM when installed and a GPU is present, else transformers; api: a model behind an "
+                            "OpenAI-compatible server (--api-base; --model: its name there)")
     judge.add_argument("--thinking", action="store_true", help="the judge is a thinking model")
-    judge.add_argument("--api-model", default=None, help="the judge's name on the --api-base server")
+    cli.renamed(judge, "--api-model", "is now --model, with --engine api --api-base URL (as in collect.py and "
+                                      "evaluate.py)")
     cli.api_flags(judge)
     judge.add_argument("--max-new-tokens", type=cli.count, default=2048, help="per judgement")
     judge.add_argument("--cases-at-once", type=cli.count, default=16, help="cases sent to the judge together")
     cli.renamed(judge, "--batch-size", "is now --cases-at-once (--batch-size counts contexts per step in train.py)")
+    return ap
+
+
+def main(argv=None):
+    """perturb.py's command line: parse the subcommand and its flags, then run it."""
+    ap = parser()
     args = ap.parse_args(argv)
     if args.cmd in ("tests", "augment"):
         cli.distinct(ap, **{"--problems": args.problems, "--out": args.out,
                             "--trajectories": getattr(args, "trajectories", None)})
     if args.cmd == "judge":
         cli.distinct(ap, **{"--cases": args.cases, "--out": args.out})
+        cli.check_model_flags(ap, args)
     print(cli.settings_line("perturb.py", args), file=sys.stderr)
     {"tests": cmd_tests, "augment": cmd_augment, "analyze": cmd_analyze, "judge": cmd_judge}[args.cmd](args)
 

@@ -55,7 +55,7 @@ import torch
 from tqdm.auto import tqdm
 
 from cobalt_min import cli, grpo_mt, verpo
-from cobalt_min.generation import STEP_SEED_STRIDE, Completion
+from cobalt_min.generation import STEP_SEED_STRIDE, Completion, load_tokenizer
 from cobalt_min.graders import grader_flags, grader_of
 from cobalt_min.grpo import AGGREGATIONS, group_advantages, policy_loss
 from cobalt_min.jsonl import append_jsonl
@@ -124,7 +124,9 @@ g.add_argument("--perturbed-fraction", type=cli.number(0, 1, low_open=True, high
 g.add_argument("--val-contexts", type=cli.source, default=None,
                help="validation contexts (collect.py --split validation)")
 g.add_argument("--max-prompt-tokens", type=cli.count, default=None,
-               help="longer contexts are skipped (default: 10240; single-turn: 2048, the authors')")
+               help="longer contexts are skipped (default: 10240, the authors' training limit, veRL's "
+                    "max_prompt_length; collect.py's --prompt-budget 10,000 is their cut of the contexts; "
+                    "single-turn: 2048, the authors')")
 g = ap.add_argument_group("sampling")
 g.add_argument("--batch-size", type=cli.count, default=128, help="contexts (problems) per step")
 g.add_argument("--group-size", type=cli.integer(2), default=16,
@@ -399,9 +401,11 @@ def train(args):
     --epochs, a checkpoint every --save-every steps, and the final policy in --out/final."""
     accelerator, mixed, model_path, use_vllm, log = start_run(args, SETTINGS)
     out, main_process, world = Path(args.out), accelerator.is_main_process, accelerator.num_processes
+    # the data first, with the policy's tokenizer: a bad file stops the run before minutes of loading an 8B model
+    data, val_contexts, too_long, steps_per_epoch, total_steps = \
+        load_training_data(args, load_tokenizer(model_path), log)
     dtype = getattr(torch, args.dtype)  # the master weights'
     tokenizer, policy_lm = load_policy(accelerator, model_path, dtype, args.fsdp)  # (--fsdp: rank 0 reads the weights)
-    data, val_contexts, too_long, steps_per_epoch, total_steps = load_training_data(args, tokenizer, log)
     workers = args.workers or max(1, (os.cpu_count() or 1) // world)
     learner = learner_of(args, accelerator, model_path, use_vllm, tokenizer, policy_lm,
                          torch.bfloat16 if mixed == "bf16" else dtype)

@@ -22,12 +22,13 @@ from cobalt_min.metrics import feedback_lines, gain_over_turn0, solved_share, su
 
 
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        raise SystemExit("usage: python bench/repair_family.py EVALUATE_RUN_DIR")
-    records = read_jsonl(Path(argv[0]) / "trajectories.jsonl")
+    import argparse
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("run", help="an evaluate.py --out folder (its trajectories.jsonl)")
+    run = ap.parse_args(argv).run
+    records = read_jsonl(Path(run) / "trajectories.jsonl")
     if not records:
-        raise SystemExit(f"error: no trajectories in {argv[0]}")
+        raise SystemExit(f"error: no trajectories in {run}")
     n_turns = max(len(s["turns"]) for r in records for s in r["samples"])
     by_kind = collections.defaultdict(list)
     for r in records:

@@ -35,7 +35,9 @@ def secret_problems() -> list:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        raise SystemExit("usage: python bench/secret_family.py OUT.jsonl")
-    save_problems(secret_problems(), sys.argv[1])
-    print(f"wrote {len(SECRETS)} problems to {sys.argv[1]}")
+    import argparse
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out", help="the problems file to write (our JSONL)")
+    out = ap.parse_args().out
+    save_problems(secret_problems(), out)
+    print(f"wrote {len(SECRETS)} problems to {out}")

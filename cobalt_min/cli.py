@@ -263,9 +263,29 @@ def hf_engine_flags(group) -> None:
                             "default: a quarter of the memory free at start)")
 
 
+def check_model_flags(parser: argparse.ArgumentParser, args) -> None:
+    """--model and --engine together, one convention in collect.py, evaluate.py and perturb.py judge: with --engine
+    api, --model is the model's name on the --api-base server, taken as it is (served names may look like paths:
+    openrouter/meta-llama/llama-3-8b, /models/x.gguf); with the other engines it is a hub id or a local path that
+    must exist, and --api-base would be ignored: refused."""
+    if args.engine == "api":
+        if not args.api_base:
+            parser.error("--engine api needs --api-base URL (the server's OpenAI-compatible base URL, e.g. "
+                         "http://127.0.0.1:8000/v1)")
+        return
+    if args.api_base:
+        parser.error(f"--api-base is --engine api's: add --engine api to sample from the server (--model: its name "
+                     f"there), or drop --api-base to load --model here with --engine {args.engine}")
+    if args.model is not None:
+        try:
+            source(args.model)
+        except argparse.ArgumentTypeError as e:
+            parser.error(f"argument --model: {e}")
+
+
 def api_flags(group) -> None:
-    """--engine api's server flags, the same in collect.py and evaluate.py (engines/api.py); --model names the
-    model as the server lists it."""
+    """--engine api's server flags, the same in collect.py, evaluate.py and perturb.py judge (engines/api.py);
+    --model names the model as the server lists it (check_model_flags)."""
     group.add_argument("--api-base", default=None,
                        help="API engine: the server's OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1")
     group.add_argument("--api-key-env", default="OPENAI_API_KEY",

@@ -132,16 +132,24 @@ def chat_prompt_ids(tokenizer, conversation: list[dict], thinking: bool | None) 
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
-def prompt_token_counter(path: str, thinking: bool):
-    """count(messages) -> prompt tokens with the tokenizer and chat template of the model at `path` (the
-    prompt budget of collect.py's and perturb.py's contexts). Loads the tokenizer only."""
+def load_tokenizer(path: str):
+    """The tokenizer of the model at `path` alone (no weights read), its pad token set as load_model sets it."""
     from transformers import AutoTokenizer
     folder, gguf_file = gguf_location(path, None)
     options = hub_options(folder)
     try:
-        tok = AutoTokenizer.from_pretrained(folder, **({"gguf_file": gguf_file} if gguf_file else {}), **options)
+        tokenizer = AutoTokenizer.from_pretrained(folder, **({"gguf_file": gguf_file} if gguf_file else {}), **options)
     except (OSError, ValueError) as e:
         raise SystemExit(f"error: could not load the tokenizer of {path}: {load_error(path, options, e)}") from None
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def prompt_token_counter(path: str, thinking: bool):
+    """count(messages) -> prompt tokens with the tokenizer and chat template of the model at `path` (the
+    prompt budget of collect.py's and perturb.py's contexts). Loads the tokenizer only."""
+    tok = load_tokenizer(path)
     return lambda messages: len(chat_prompt_ids(tok, messages, thinking))
 
 

@@ -12,10 +12,11 @@ import time
 
 class FakeOpenAI:
     """answer(body) -> the assistant's text, or a fault: ("status", code, headers), ("slow", seconds, text),
-    ("malformed",), ("reset",). `down` makes every request (models included) a reset connection."""
+    ("malformed",), ("reset",). `down` makes every request (models included) a reset connection; `silent`, an
+    accepted connection that is never answered; `key`: every request without "Bearer <key>" gets a 401."""
 
-    def __init__(self, answer, models=("tiny-model",), port=0):
-        self.answer, self.models, self.down = answer, list(models), False
+    def __init__(self, answer, models=("tiny-model",), port=0, key=None):
+        self.answer, self.models, self.down, self.silent, self.key = answer, list(models), False, False, key
         self.requests = []  # (path, Authorization header, body) of every chat completion
         self.lock = threading.Lock()
         fake = self
@@ -24,6 +25,11 @@ class FakeOpenAI:
             def do_GET(self):
                 if fake.down:
                     return self.reset()
+                if fake.silent:
+                    time.sleep(60)  # (a daemon thread: the test's end stops it)
+                    return self.reset()
+                if fake.key and self.headers.get("Authorization") != f"Bearer {fake.key}":
+                    return self.send_json(401, {"error": {"message": "invalid api key"}})
                 if self.path.rstrip("/") != "/v1/models":
                     return self.send_json(404, {"error": {"message": "not found"}})
                 self.send_json(200, {"object": "list", "data": [{"id": m, "object": "model", "created": 0,

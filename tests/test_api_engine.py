@@ -86,6 +86,46 @@ def test_a_server_that_is_down_or_lacks_the_model_is_one_line_before_any_work():
         APIEngine(url, "tiny-model", retries=0, timeout=2)
 
 
+def test_a_refused_key_names_its_variable_and_a_silent_server_is_one_line_within_the_start_bound(monkeypatch):
+    from cobalt_min.engines import api
+    with FakeOpenAI(lambda body: "x", key="right-key") as server:
+        monkeypatch.delenv("MY_KEY", raising=False)
+        with pytest.raises(SystemExit, match=r"refused the key \(HTTP 401\): \$MY_KEY is empty; set it, or name"):
+            APIEngine(server.url, "tiny-model", key_env="MY_KEY")
+        monkeypatch.setenv("MY_KEY", "wrong-key")
+        with pytest.raises(SystemExit, match=r"\$MY_KEY holds a key the server refuses"):
+            APIEngine(server.url, "tiny-model", key_env="MY_KEY")
+        monkeypatch.setenv("MY_KEY", "right-key")
+        assert APIEngine(server.url, "tiny-model", key_env="MY_KEY").sample([HELLO], seed=0)[0][0].text == "x"
+    monkeypatch.setattr(api, "START_TIMEOUT_S", 0.5)
+    with FakeOpenAI(lambda body: "x") as server:
+        server.silent = True
+        start = time.monotonic()
+        with pytest.raises(SystemExit, match="accepted the connection but did not answer within 0.5 s"):
+            APIEngine(server.url, "tiny-model", timeout=600)  # (the requests' own bound: not what the start waits)
+        assert time.monotonic() - start < 10
+
+
+def test_one_convention_for_models_behind_an_api(tmp_path):
+    # --api-base belongs to --engine api (refused without it, before anything loads: else the model would be loaded
+    # here, a hub id downloaded); a served name that looks like a path is taken as it is under --engine api
+    served = "openrouter/meta-llama/llama-3-8b"
+    for name, extra in (("evaluate.py", ["--problems", "demo"]), ("collect.py", ["--problems", "demo"])):
+        proc = subprocess.run([sys.executable, str(ROOT / name), "--model", "runs/nothing/final", *extra,
+                               "--api-base", "http://127.0.0.1:9/v1", "--out", str(tmp_path / "o")],
+                              capture_output=True, text=True, cwd=ROOT, timeout=120)
+        assert proc.returncode == 2 and "--api-base is --engine api's: add --engine api" in proc.stderr, proc.stderr
+        proc = subprocess.run([sys.executable, str(ROOT / name), "--model", served, *extra, "--out", str(tmp_path / "o")],
+                              capture_output=True, text=True, cwd=ROOT, timeout=120)
+        assert proc.returncode == 2 and "argument --model: openrouter/meta-llama/llama-3-8b does not exist" in proc.stderr
+    with FakeOpenAI(lambda body: "```python\nprint(1)\n```", models=[served]) as server:
+        proc = subprocess.run([sys.executable, str(ROOT / "evaluate.py"), "--engine", "api", "--api-base", server.url,
+                               "--model", served, "--problems", "demo", "--limit", "1", "--turns", "1", "--samples", "1",
+                               "--out", str(tmp_path / "eval")], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads((tmp_path / "eval" / "summary.json").read_text())["model"] == served
+
+
 def test_a_server_that_stops_answering_stops_the_call():
     with FakeOpenAI(lambda body: "x") as server:
         eng = engine(server, retries=1)
@@ -170,7 +210,9 @@ def test_collect_end_to_end_and_a_server_gone_mid_run_then_resume(tmp_path):
     assert [r["problem_id"] for r in raw] == [p.id for p in problems]
     stats = json.loads((tmp_path / "co" / "stats.json").read_text())
     assert stats["contexts"] > 0 and stats["api_usage"]["requests"] == 4  # wrong, then repaired: turn-1 contexts
-    assert "the prompt budget is not checked" in proc.stderr  # an API model's name is not a tokenizer
+    # an API model's name is not a tokenizer: said at the start, before any request
+    warning = proc.stderr.index("the contexts' prompt budget (--prompt-budget 10000) will not be checked")
+    assert warning < proc.stderr.index("resuming:")
     no_secret_in(tmp_path, proc.stdout, proc.stderr)
 
 

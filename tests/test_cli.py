@@ -112,8 +112,8 @@ def test_other_stages_files_and_non_demo_folders(capsys, tmp_path, monkeypatch):
     code, err = run_main("perturb", ["augment", "--trajectories", "contexts.jsonl", "--problems", "demo",
                                      "--out", "x.jsonl"], capsys)
     assert "contexts.jsonl line 1 lacks ['problem_id', 'samples']: is it collect.py's raw.jsonl?" in str(code)
-    code, err = run_main("perturb", ["judge", "--cases", "contexts.jsonl", "--api-base", "x", "--api-model", "y"],
-                         capsys)
+    code, err = run_main("perturb", ["judge", "--cases", "contexts.jsonl", "--engine", "api", "--api-base", "x",
+                                     "--model", "y"], capsys)
     assert "is it `perturb.py analyze`'s hacking_candidates.jsonl?" in str(code)
     import subprocess
     proc = subprocess.run([sys.executable, "-m", "cobalt_min.demo_summary", str(tmp_path)], capture_output=True,

@@ -163,7 +163,10 @@ def test_http_judge_against_a_local_server(tmp_path):
     with FakeOpenAI(answer, models=["judge-1"]) as fake:
         fake.rerun = False
         command = [sys.executable, os.path.join(ROOT, "perturb.py"), "judge", "--cases", str(cases),
-                   "--api-base", fake.url, "--api-model", "judge-1", "--api-retries", "1"]
+                   "--engine", "api", "--api-base", fake.url, "--model", "judge-1", "--api-retries", "1"]
+        old = subprocess.run(command[:5] + ["--api-base", fake.url, "--api-model", "judge-1"], capture_output=True,
+                             text=True, cwd=ROOT, env=env, timeout=120)  # the old spelling: one line naming the new
+        assert old.returncode == 2 and "--api-model is now --model, with --engine api --api-base URL" in old.stderr
         proc = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert "1 cases not judged: the server failed on them" in proc.stderr

@@ -33,6 +33,7 @@ from cobalt_min.generation import Completion, generate_texts, request_seeds
 from cobalt_min.prompts import cut_after_code
 
 RETRY_STATUS = {408, 409, 429} | set(range(500, 600))  # what a later request can fix; a 400 or 404 it cannot
+START_TIMEOUT_S = 30.0  # the start check's own bound: a server that accepts the connection but never answers
 
 
 def openai_client(base_url: str, key_env: str, timeout: float):
@@ -51,16 +52,26 @@ class APIEngine:
                  stop_after_code: bool = False, progress: bool = True):
         self.base_url, self.model, self.thinking, self.stop_after_code = base_url, model, thinking, stop_after_code
         self.concurrency, self.retries, self.backoff, self.progress = concurrency, retries, backoff, progress
-        self.client = openai_client(base_url, key_env, timeout)
+        self.client, self.key_env = openai_client(base_url, key_env, timeout), key_env
         self.usage = {"requests": 0, "prompt_tokens": 0, "completion_tokens": 0, "retries": 0, "failed_requests": 0}
         self._lock = threading.Lock()
         self.check_server()
 
     def check_server(self) -> None:
-        """A server that is down, or does not serve the model, is a one-line error before any work."""
+        """A server that is down, silent, refuses the key, or does not serve the model: a one-line error before any
+        work (within START_TIMEOUT_S, whatever --api-timeout allows a request)."""
+        import openai
         try:
-            served = [m.id for m in self.client.models.list()]
-        except Exception as e:  # connection refused, DNS, TLS, 401, a non-JSON answer: all say the same thing
+            served = [m.id for m in self.client.with_options(timeout=START_TIMEOUT_S).models.list()]
+        except (openai.AuthenticationError, openai.PermissionDeniedError) as e:
+            state = "is empty" if not os.environ.get(self.key_env) else "holds a key the server refuses"
+            raise SystemExit(f"error: the server at {self.base_url} refused the key (HTTP {e.status_code}): "
+                             f"${self.key_env} {state}; set it, or name the variable that holds the key with "
+                             "--api-key-env") from None
+        except openai.APITimeoutError:
+            raise SystemExit(f"error: the server at {self.base_url} accepted the connection but did not answer "
+                             f"within {START_TIMEOUT_S:g} s (GET /models)") from None
+        except Exception as e:  # connection refused, DNS, TLS, a non-JSON answer: all say the same thing
             raise SystemExit(f"error: no OpenAI-compatible server answers at {self.base_url} "
                              f"({type(e).__name__}: {short(e)})") from None
         if self.model not in served:

@@ -37,13 +37,14 @@ def check_method(args) -> None:
                          "--problems)")
     if args.method != "sft" and args.demonstrations:
         raise SystemExit(f"error: --demonstrations are --method sft's, not --method {args.method}'s")
-    if args.method == "single-turn" and (not args.problems or args.contexts or args.perturbed_contexts):
-        raise SystemExit("error: --method single-turn trains on the first turns of --problems (no --contexts or "
-                         "--perturbed-contexts): it needs no offline data")
+    if args.method in ("single-turn", "grpo-mt", "verpo-mt"):
+        what = "the first turns of" if args.method == "single-turn" else "whole conversations on"
+        if not args.problems:
+            raise SystemExit(f"error: --method {args.method} needs --problems: it trains on {what} them")
+        if args.contexts or args.perturbed_contexts:
+            raise SystemExit(f"error: --method {args.method} trains on {what} --problems, rolled out by the policy: "
+                             "no --contexts or --perturbed-contexts (it needs no offline data)")
     if args.method in ("grpo-mt", "verpo-mt"):
-        if not args.problems or args.contexts or args.perturbed_contexts:
-            raise SystemExit(f"error: --method {args.method} trains on --problems (no --contexts or "
-                             "--perturbed-contexts): it rolls out whole conversations itself")
         if args.turns < 1 or args.sanity_reward_tokens:
             raise SystemExit(f"error: --method {args.method} needs --turns >= 1 and the real reward (no "
                              "--sanity-reward-tokens)")
