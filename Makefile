@@ -57,7 +57,7 @@ test-fast: setup
 bench: setup
 	$(BIN)/python bench/bench_sandbox.py
 
-# COBALT end to end on the demo problems with SmolLM2-135M-Instruct (about 12-15 minutes on 2 CPU cores).
+# COBALT end to end on the demo problems with SmolLM2-135M-Instruct (about 10 minutes on 2 CPU cores with native bfloat16).
 demo: setup
 	bash demo.sh
 

@@ -58,7 +58,11 @@ def check(words: list[str]) -> str | None:
     if script is not None and (words[0].endswith(("python", "python3")) or words[0] in ("torchrun", "accelerate")):
         argv = words[script + 1:]
         if "..." in argv or any(w.startswith("[") for w in argv):  # an abbreviation: its flags must exist
-            known = {o for a in script_parser(words[script])._actions for o in a.option_strings}
+            parser = script_parser(words[script])
+            subcommands = next((a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction)), {})
+            if argv and argv[0] in subcommands:
+                parser = subcommands[argv[0]]
+            known = {o for a in parser._actions for o in a.option_strings}
             unknown = [w for w in argv if w.startswith("--") and w.split("=")[0] not in known and
                        not w.startswith("[--")]
             return f"unknown flags {unknown}" if unknown else None
