@@ -27,6 +27,9 @@ STEPS=${STEPS:-24}                     # GRPO steps of COBALT, COBALT-PTB and FT
 GROUP=${GROUP:-8}                      # programs per context (COBALT) or first turn (FT)
 BATCH=${BATCH:-4}                      # contexts (COBALT) or problems (FT) per step
 LR=${LR:-2e-5}
+KL=${KL:-0}                            # KL coefficient to the warm-up model (the paper: 1e-4)
+ADV_STD_FLOOR=${ADV_STD_FLOOR:-0}      # train.py --adv-std-floor (0: the paper's advantages)
+ADV_SCALE=${ADV_SCALE:-std}            # train.py --adv-scale (none: Dr. GRPO's, no division by the std)
 TOKENS=${MAX_NEW_TOKENS:-128}          # max new tokens per response; every response ends with its first code block
 SAMPLES=${SAMPLES:-4}                  # conversations per held-out problem, true feedback
 PTB_SAMPLES=${PTB_SAMPLES:-2}          # conversations per held-out problem, perturbed feedback
@@ -35,7 +38,7 @@ SEED=${SEED:-0}                        # the split, the warm-up problems' draw a
 mkdir -p "$OUT"
 start=$(date +%s)
 # Every step below skips work whose output exists: a folder holds the outputs of ONE set of settings.
-settings=$(for v in HELDOUT WARMUP_PROBLEMS EXTRA_TRAIN TRAIN_LIMIT WARMUP_EPOCHS WARMUP_LR TRAJECTORIES STEPS GROUP BATCH LR TOKENS SAMPLES PTB_SAMPLES TURNS SEED; do printf '%s=%s\n' "$v" "${!v}"; done)
+settings=$(for v in HELDOUT WARMUP_PROBLEMS EXTRA_TRAIN TRAIN_LIMIT WARMUP_EPOCHS WARMUP_LR TRAJECTORIES STEPS GROUP BATCH LR KL ADV_STD_FLOOR ADV_SCALE TOKENS SAMPLES PTB_SAMPLES TURNS SEED; do printf '%s=%s\n' "$v" "${!v}"; done)
 if [ -f "$OUT/settings.txt" ] && [ "$(cat "$OUT/settings.txt")" != "$settings" ]; then
     echo "error: $OUT holds a run with other settings (was: $(grep -vxF -f <(echo "$settings") "$OUT/settings.txt" | tr '\n' ' ')):" \
          "use another DEMO_OUT=folder, or delete $OUT to start over" >&2
@@ -79,7 +82,7 @@ timed augment "$PY" perturb.py augment --trajectories "$OUT/collect/raw.jsonl" -
     --tokenizer "$WARM" --out "$OUT/collect/perturbed_contexts.jsonl"
 
 TRAIN=(--batch-size "$BATCH" --group-size "$GROUP" --max-new-tokens "$TOKENS" --stop-after-code --max-steps "$STEPS"
-       --lr "$LR" --kl-coef 0 --mini-batches 1 --micro-batch-size "$GROUP" --save-every "$STEPS" --seed "$SEED" --engine hf
+       --lr "$LR" --kl-coef "$KL" --adv-std-floor "$ADV_STD_FLOOR" --adv-scale "$ADV_SCALE" --mini-batches 1 --micro-batch-size "$GROUP" --save-every "$STEPS" --seed "$SEED" --engine hf
        --resume)
 echo "== 4. COBALT, COBALT-PTB (perturbed contexts added) and FT (single-turn GRPO), each $STEPS steps from the warm-up model"
 [ -f "$OUT/cobalt/final/config.json" ] || \

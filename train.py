@@ -151,6 +151,10 @@ g.add_argument("--kl-estimator", default="k2", choices=["k1", "k2", "k3"], help=
 g.add_argument("--agg", default="token-mean", choices=AGGREGATIONS,
                help="token mean over the mini-batch (the paper's) or per micro-batch (the authors' veRL runs)")
 g.add_argument("--adv-eps", type=cli.positive, default=1e-6, help="advantage = (r - mean) / (std + eps)")
+g.add_argument("--adv-std-floor", type=cli.non_negative, default=0.0,
+               help="not the paper's: divide by max(std, this) (grpo.group_advantages; 0: the paper's rule; cobalt, single-turn)")
+g.add_argument("--adv-scale", default="std", choices=["std", "none"],
+               help="not the paper's: none leaves the std out, advantage = r - mean (Dr. GRPO; cobalt, single-turn)")
 g.add_argument("--logprob-chunk", type=cli.count, default=256, help="tokens per LM-head chunk in log-probs")
 g = ap.add_argument_group("optimisation")
 g.add_argument("--lr", type=cli.positive, default=None, help="constant learning rate, AdamW (default: 1e-6; sft: 1e-5)")
@@ -252,7 +256,8 @@ def cobalt_batch(learner: Learner, contexts: list, step: int, args, timings: dic
     rewards = torch.tensor(rewards).view(len(contexts), args.group_size)  # (B, G)
     # 4. group advantages: (r - mean of the G programs of the context) / (their std + eps), over the programs
     #    with a reward (all of them, unless the sandbox failed on one: that one gets 0)
-    advantages = group_advantages(rewards, eps=args.adv_eps, valid=rewards.isfinite()).flatten()  # (B*G,)
+    advantages = group_advantages(rewards, eps=args.adv_eps, valid=rewards.isfinite(), std_floor=args.adv_std_floor,
+                                  scale=args.adv_scale == "std").flatten()  # (B*G,)
     correctness = [correctness_reward(p, c["prev_best"]) for (c, _), p in zip(samples, rates)
                    if p is not None and not math.isnan(p)]
     return StepBatch(prompts, [comp for _, comp in samples], [b for b, comps in enumerate(completions) for _ in comps],

@@ -20,25 +20,31 @@ import torch
 # ----------------------------------------------------------------------------- advantages
 
 
-def group_advantages(rewards: torch.Tensor, eps: float = 1e-6, valid: torch.Tensor | None = None) -> torch.Tensor:
+def group_advantages(rewards: torch.Tensor, eps: float = 1e-6, valid: torch.Tensor | None = None,
+                     std_floor: float = 0.0, scale: bool = True) -> torch.Tensor:
     """rewards (B, G): B contexts (or problems), G samples each -> advantages (B, G).
 
     (r - group mean) / (group std + eps): each program against the mean of all G programs of its group,
     itself included (not a leave-one-out baseline), std unbiased as torch.std. A group whose rewards are
     all equal carries no learning signal and gets 0 (also for G = 1, where the std is undefined).
     valid (B, G), optional: the programs that have a reward (the sandbox failed on the others: no verdict);
-    each group's mean and std are then over its valid programs, and the others get 0."""
+    each group's mean and std are then over its valid programs, and the others get 0.
+
+    Not the paper's, for small models whose groups often differ by little (train.py --adv-std-floor,
+    --adv-scale): std_floor divides by max(std, std_floor) instead, so that rewards 0.001 apart stay 0.001 /
+    std_floor apart rather than becoming +-1; scale=False leaves the std out, A_i = r_i - mean(r) (Dr. GRPO,
+    arXiv 2503.20783)."""
     if valid is not None and not bool(valid.all()):
         out = torch.zeros(rewards.shape)
         for b in range(rewards.shape[0]):
-            out[b, valid[b]] = group_advantages(rewards[b, valid[b]][None], eps)[0]
+            out[b, valid[b]] = group_advantages(rewards[b, valid[b]][None], eps, std_floor=std_floor, scale=scale)[0]
         return out
     rewards = rewards.float()
     centred = rewards - rewards.mean(dim=1, keepdim=True)
     if rewards.shape[1] < 2:
         return torch.zeros_like(rewards)
     std = rewards.std(dim=1, keepdim=True)  # unbiased (divides by G - 1)
-    adv = centred / (std + eps)
+    adv = centred / (std.clamp(min=std_floor) + eps) if scale else centred
     return torch.where(std > 0, adv, torch.zeros_like(adv))
 
 

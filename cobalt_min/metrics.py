@@ -2,6 +2,8 @@
 
 import math
 
+from cobalt_min.rewards import has_repetition
+
 
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Unbiased pass@k from n samples of which c are correct: 1 - C(n - c, k) / C(n, k) (Chen et al., 2021)."""
@@ -89,6 +91,29 @@ def turn_changes(problem_records: list[dict], n_turns: int) -> list[dict]:
                     "repair_rate": 100 * repaired / failing if failing else None,
                     "passing_before": passing, "broken": broken,
                     "break_rate": 100 * broken / passing if passing else None})
+    return out
+
+
+def is_degenerate(response: str) -> bool:
+    """Text a collapsed model writes: it repeats itself (rewards.has_repetition, the format reward's rule: a block
+    of 32+ characters 8 times in a row) or it is mostly not ASCII (more than a third of its non-space characters;
+    the prompts and the programs asked for are English and Python)."""
+    visible = [c for c in response if not c.isspace()]
+    return has_repetition(response) or (bool(visible) and sum(not c.isascii() for c in visible) > len(visible) / 3)
+
+
+def response_health(problem_records: list[dict], n_turns: int) -> list[dict]:
+    """Per turn t, over the conversations that reached it: the responses, those without a complete code block
+    (no program: the turn scores 0 and the feedback says so) and the degenerate ones (is_degenerate), with the
+    shares in percent. A trained model whose shares rise well above its starting model's has collapsed."""
+    out = []
+    for t in range(n_turns):
+        turns = [traj["turns"][t] for rec in problem_records for traj in rec["samples"] if len(traj["turns"]) > t]
+        no_code = sum(turn["program"] is None for turn in turns)
+        degenerate = sum(is_degenerate(turn.get("response", "")) for turn in turns)
+        n = max(1, len(turns))
+        out.append({"turn": t, "responses": len(turns), "no_code": no_code, "no_code_share": 100 * no_code / n,
+                    "degenerate": degenerate, "degenerate_share": 100 * degenerate / n})
     return out
 
 

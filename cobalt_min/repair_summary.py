@@ -9,6 +9,9 @@ at toy scale, per model (the warm-up model, COBALT, COBALT-PTB, FT) on the held-
 2. COBALT against the warm-up model it starts from: Pass@1 at each turn, paired over problems; repair counts.
 3. With perturbed public tests (evaluate.py --perturbed, paper §7): Pass@1 per turn and its change from turn 0
    (the drop, paired over problems), hacking candidates per turn; COBALT-PTB's drop against COBALT's.
+4. Per model and turn, the responses without a code block and the degenerate ones (metrics.is_degenerate); a
+   trained model whose share of either is COLLAPSE_POINTS or more above the warm-up model's at some turn is
+   named as collapsed.
 """
 
 import json
@@ -17,10 +20,11 @@ from pathlib import Path
 
 from cobalt_min.jsonl import read_jsonl
 from cobalt_min.metrics import (gain_over_turn0, paired_change_per_turn, pass1_per_turn, pass1_se_per_turn,
-                                plot_pass_at_1, rate_text, solved_share, standard_error, turn_changes)
+                                rate_text, response_health, solved_share, standard_error, turn_changes)
 from cobalt_min.perturbation import wrong_feedback_per_turn
 
 MODELS = {"warm-up": "warmup", "COBALT": "cobalt", "COBALT-PTB": "cobalt_ptb", "FT": "ft"}  # name: eval_<folder>
+COLLAPSE_POINTS = 10.0  # a trained model's share of responses without code (or degenerate) this far above the warm-up's
 
 
 def drop_difference(a: list[dict], b: list[dict], n_turns: int) -> dict:
@@ -39,13 +43,28 @@ def model_entry(records: list[dict], perturbed: list[dict] | None, n_turns: int)
     """One model's numbers: true feedback, then (when evaluated) perturbed feedback."""
     entry = {"pass1_per_turn": [100 * x for x in pass1_per_turn(records, n_turns)],
              "pass1_se_per_turn": pass1_se_per_turn(records, n_turns),
-             "gain_over_turn0": gain_over_turn0(records, n_turns), "turn_changes": turn_changes(records, n_turns)}
+             "gain_over_turn0": gain_over_turn0(records, n_turns), "turn_changes": turn_changes(records, n_turns),
+             "response_health": response_health(records, n_turns)}
     if perturbed is not None:
         entry["perturbed"] = {"pass1_per_turn": [100 * x for x in pass1_per_turn(perturbed, n_turns)],
                               "pass1_se_per_turn": pass1_se_per_turn(perturbed, n_turns),
                               "change_from_turn0": gain_over_turn0(perturbed, n_turns),
                               "wrong_feedback": wrong_feedback_per_turn(perturbed, n_turns)}
     return entry
+
+
+def collapsed(models: dict) -> dict:
+    """{trained model: the turns where its share of responses without code, or of degenerate ones, is
+    COLLAPSE_POINTS or more above the warm-up model's}, for the models that have such turns."""
+    start = models["warm-up"]["response_health"]
+    found = {}
+    for name, entry in models.items():
+        turns = [h["turn"] for h, h0 in zip(entry["response_health"], start) if name != "warm-up" and (
+            h["no_code_share"] - h0["no_code_share"] >= COLLAPSE_POINTS
+            or h["degenerate_share"] - h0["degenerate_share"] >= COLLAPSE_POINTS)]
+        if turns:
+            found[name] = turns
+    return found
 
 
 def summarize(out) -> dict:
@@ -59,6 +78,7 @@ def summarize(out) -> dict:
     result = {"held_out_problems": len(records["warm-up"]), "turns": n_turns,
               "samples": min(len(r["samples"]) for r in records["warm-up"]),
               "models": {name: model_entry(recs, perturbed.get(name), n_turns) for name, recs in records.items()}}
+    result["collapsed"] = collapsed(result["models"])
     if "COBALT" in records:
         result["cobalt_minus_warmup"] = paired_change_per_turn(records["warm-up"], records["COBALT"], n_turns)
         if "FT" in records:
@@ -92,6 +112,13 @@ def report(result: dict) -> str:
         lines.append(f"{name:11s} " + "; ".join(f"t{c['turn']} {rate_text(c['repaired'], c['failing_before'], c['repair_rate'])}"
                                                f" / {rate_text(c['broken'], c['passing_before'], c['break_rate'])}"
                                                for c in e["turn_changes"]))
+    lines.append("\nresponses without a code block / degenerate (%; metrics.is_degenerate) per turn:")
+    for name, e in result["models"].items():
+        lines.append(f"{name:11s} " + "  ".join(f"t{h['turn']} {h['no_code_share']:.0f} / {h['degenerate_share']:.0f}"
+                                               for h in e["response_health"]))
+    for name, turns in result.get("collapsed", {}).items():
+        lines.append(f"COLLAPSED: {name} at turns {', '.join(map(str, turns))}: {COLLAPSE_POINTS:g}+ points more of its "
+                     "responses without code or degenerate than the warm-up model's; its Pass@1 measures that, not repair")
     if "bar" in result:
         b = result["bar"]
         lines.append(f"\nCOBALT, turn {T - 1} minus turn 0: {b['cobalt_gain_last_turn']:+.1f} points (s.e. "
@@ -122,6 +149,64 @@ def report(result: dict) -> str:
     return "\n".join(lines)
 
 
+COLOURS = {"warm-up": "tab:gray", "COBALT": "tab:blue", "COBALT-PTB": "tab:orange", "FT": "tab:green"}
+
+
+def plot(result: dict, path) -> bool:
+    """repair.png: Pass@1 per turn with true feedback, the same with perturbed feedback (when evaluated), and the
+    programs repaired (up) and broken (down) at each turn with true feedback; one colour per model throughout,
+    standard errors as bars, the Pass@1 axis fitted to the data. False (with a message) without matplotlib."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print(f"matplotlib is not installed: skipping {path} (pip install matplotlib)")
+        return False
+    models = result["models"]
+    kinds = [("true feedback", lambda e: (e["pass1_per_turn"], e["pass1_se_per_turn"]))]
+    if any("perturbed" in e for e in models.values()):
+        kinds.append(("perturbed feedback", lambda e: (e["perturbed"]["pass1_per_turn"], e["perturbed"]["pass1_se_per_turn"])
+                      if "perturbed" in e else None))
+    T = result["turns"]
+    fig, axes = plt.subplots(1, len(kinds) + 1, figsize=(4.2 * (len(kinds) + 1), 3.6))
+    top = 0.0
+    for ax, (kind, values_of) in zip(axes, kinds):
+        for k, (name, e) in enumerate(models.items()):
+            if values_of(e) is None:
+                continue
+            values, errors = values_of(e)
+            top = max(top, max(v + s for v, s in zip(values, errors)))
+            ax.errorbar([t + 0.06 * (k - 1.5) for t in range(T)], values, yerr=errors, marker="o", capsize=3,
+                        color=COLOURS.get(name), label=name)
+        ax.set_title(f"Pass@1 (%), {kind}", fontsize=10)
+        ax.set_xlabel("turn")
+    for ax in axes[:len(kinds)]:
+        ax.set_ylim(0, max(5.0, 1.15 * top))
+        ax.set_xticks(range(T))
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8, loc="best")
+    ax = axes[-1]
+    width = 0.8 / len(models)
+    for k, (name, e) in enumerate(models.items()):
+        turns = [c["turn"] + width * (k - (len(models) - 1) / 2) for c in e["turn_changes"]]
+        ax.bar(turns, [c["repaired"] for c in e["turn_changes"]], width, color=COLOURS.get(name), label=name)
+        ax.bar(turns, [-c["broken"] for c in e["turn_changes"]], width, color=COLOURS.get(name), alpha=0.45)
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.yaxis.get_major_locator().set_params(integer=True)
+    ax.set_ylabel("programs")
+    ax.set_xticks(range(1, T))
+    ax.set_xlabel("turn")
+    ax.set_title("programs repaired (up) / broken (down),\ntrue feedback", fontsize=10)
+    ax.grid(alpha=0.3, axis="y")
+    fig.suptitle(f"Self-repair demo: {result['held_out_problems']} held-out problems x {result['samples']} samples "
+                 "(bars: s.e. over problems)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
@@ -131,12 +216,7 @@ def main(argv=None):
         raise SystemExit(f"error: {out} holds no evaluation of the warm-up model (eval_warmup): run demo_repair.sh")
     result = summarize(out)
     (out / "repair_summary.json").write_text(json.dumps(result, indent=2))
-    curves = {name: e["pass1_per_turn"] for name, e in result["models"].items()}
-    curves.update({f"{name}, perturbed": e["perturbed"]["pass1_per_turn"] for name, e in result["models"].items()
-                   if "perturbed" in e})
-    errors = {name: e["pass1_se_per_turn"] for name, e in result["models"].items()}
-    plot_pass_at_1(curves, out / "repair.png", title="Self-repair demo: held-out Pass@1 per turn", errors=errors,
-                   note=f"{result['held_out_problems']} problems x {result['samples']} samples")
+    plot(result, out / "repair.png")
     print(report(result))
     print(f"wrote {out / 'repair_summary.json'} and {out / 'repair.png'}")
 

@@ -52,6 +52,11 @@ BAD = [
     ("evaluate", ["--model", "runs/final", "--problems", "demo", "--out", "o"], "--model: runs/final does not exist"),
     ("train", ["--model", "./smol", "--contexts", "c.jsonl", "--out", "o"], "--model: ./smol does not exist"),
     ("evaluate", ["--model", "m", "--problems", "data/x.jsonl", "--out", "o"], "--problems: data/x.jsonl does not exist"),
+    # Each method's data, named when it is missing.
+    ("train", ["--model", "m", "--method", "single-turn", "--out", "o"], "--method single-turn needs --problems"),
+    ("train", ["--model", "m", "--method", "verpo-mt", "--out", "o"], "--method verpo-mt needs --problems"),
+    ("train", ["--model", "m", "--method", "grpo-mt", "--problems", "demo", "--out", "o", "--adv-scale", "none"],
+     "--adv-std-floor and --adv-scale shape the group advantages of --method cobalt and single-turn"),
 ]
 
 
@@ -224,3 +229,14 @@ def test_the_command_that_continues_a_run_is_the_launch_it_ran_in(monkeypatch):
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
     assert command_line(os.path.join(ROOT, "collect.py"), ["--out", "o x", "--resume"]) == \
         "torchrun --nproc_per_node=8 collect.py --out 'o x' --resume"
+
+
+def test_training_data_is_checked_before_the_model_loads(tiny_model_dir, capsys, tmp_path, monkeypatch):
+    # (was: a --contexts file that is not JSON failed after the policy loaded: minutes on 8B with FSDP)
+    import train
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "c.jsonl").write_text('not json\n{"problem_id": "p0", "messages": []}\n')
+    monkeypatch.setattr(train, "load_policy", lambda *a, **k: pytest.fail("the model loaded before the data was read"))
+    code, err = run_main("train", ["--model", tiny_model_dir, "--contexts", "c.jsonl", "--out", "o", "--engine", "hf"],
+                         capsys)
+    assert "c.jsonl" in str(code) and "line 1" in str(code), code

@@ -21,6 +21,23 @@ def test_group_advantages():
     assert torch.equal(group_advantages(torch.tensor([[3.0], [1.0]])), torch.zeros(2, 1))
 
 
+
+def test_group_advantages_with_a_std_floor_or_without_the_std():
+    # a group whose programs all fail alike, told apart only by the format bonus: rewards 0.001 apart
+    r = torch.tensor([[-0.100, -0.099, -0.100, -0.099], [1.0, 0.0, 0.0, 1.0], [0.2, 0.2, 0.2, 0.2]])
+    paper = group_advantages(r)
+    assert torch.allclose(paper[0].abs(), torch.full((4,), 0.0005 / (0.001 * math.sqrt(1 / 3) + 1e-6)))  # +-0.86
+    floored = group_advantages(r, std_floor=0.1)
+    assert torch.allclose(floored[0], torch.tensor([-0.0005, 0.0005, -0.0005, 0.0005]) / 0.1, atol=1e-5)
+    assert torch.allclose(floored[1], paper[1])  # a std above the floor: the paper's rule
+    plain = group_advantages(r, scale=False)
+    assert torch.allclose(plain[0], torch.tensor([-0.0005, 0.0005, -0.0005, 0.0005]), atol=1e-6)
+    assert torch.allclose(plain[1], torch.tensor([0.5, -0.5, -0.5, 0.5]))
+    assert torch.equal(plain[2], torch.zeros(4)) and torch.equal(floored[2], torch.zeros(4))
+    valid = torch.tensor([[True] * 4, [True, True, False, True], [True] * 4])  # the same rules over the valid programs
+    assert torch.allclose(group_advantages(r, valid=valid, scale=False)[1], torch.tensor([1 / 3, -2 / 3, 0, 1 / 3]))
+
+
 # Two sequences, three tokens; seq 0 has A = +1 (last token masked), seq 1 has A = -2.
 RATIOS = torch.tensor([[1.0, 1.5, 0.5], [0.7, 4.0, 1.0]])
 MASK = torch.tensor([[1, 1, 0], [1, 1, 1]])

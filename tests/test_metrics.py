@@ -65,3 +65,13 @@ def test_pass_at_1_per_turn_gain_repairs_and_breaks_by_hand():
     table = format_table(summary)
     assert "1/2 (50%)" in table and "-25.00 (25.00)" in table
     assert summary["pass@k_turn0"][2] == pytest.approx(100.0)
+
+
+def test_the_degenerate_rule():
+    from cobalt_min.metrics import is_degenerate
+    assert not is_degenerate("I swap the separator.\n```python\ndef join(xs):\n    return '|'.join(xs)\n```")
+    assert not is_degenerate("")
+    assert not is_degenerate("Le résultat attendu est « 3 » : je corrige la boucle.")  # a few accents
+    assert is_degenerate("可以用format()函数，可以在函数内部定美化，可以在函数体中定美化")  # mostly not ASCII
+    assert is_degenerate("The answer is " + "return the value of the whole list, " * 9)  # a 36-character block x 9
+    assert not is_degenerate("The answer is " + "return the value, " * 9)  # 18-character block: too short to count

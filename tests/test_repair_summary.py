@@ -46,3 +46,40 @@ def test_the_summary_by_hand(tmp_path):
     text = repair_summary.report(result)
     assert "COBALT minus the warm-up model at turn 2: +50.0 (s.e. 0.0)" in text
     assert "COBALT-PTB's change from turn 0 to turn 2 under perturbed feedback minus COBALT's: +50.0" in text
+
+
+def test_a_model_whose_responses_lose_their_code_is_named_collapsed(tmp_path):
+    def recs(text_at_turn):  # two problems x 2 samples x 2 turns; text_at_turn(t) -> (response, program)
+        out = []
+        for pid in "ab":
+            rec = record(pid, [[0, 0], [0, 0]])
+            for traj in rec["samples"]:
+                for t, turn in enumerate(traj["turns"]):
+                    turn["response"], turn["program"] = text_at_turn(t)
+            out.append(rec)
+        return out
+    code = ("Here is the fix.\n```python\ndef f(x):\n    return x\n```", "def f(x):\n    return x")
+    babble = ("可以用format()函数，可以在函数内部定美化，可以在函数体中定美化，可以在函数体中定美化", None)
+    write(tmp_path / "eval_warmup", recs(lambda t: code))
+    write(tmp_path / "eval_cobalt", recs(lambda t: code if t == 0 else babble))  # collapsed after feedback
+    write(tmp_path / "eval_ft", recs(lambda t: code))
+    result = repair_summary.summarize(tmp_path)
+    health = result["models"]["COBALT"]["response_health"]
+    assert [(h["responses"], h["no_code"], h["degenerate"]) for h in health] == [(4, 0, 0), (4, 4, 4)]
+    assert result["collapsed"] == {"COBALT": [1]}  # FT wrote code as the warm-up model did
+    text = repair_summary.report(result)
+    assert "COLLAPSED: COBALT at turns 1" in text and "COBALT      t0 0 / 0  t1 100 / 100" in text
+
+
+def test_the_command_writes_the_summary_and_a_figure_of_three_panels(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    from PIL import Image
+    write(tmp_path / "eval_warmup", [record("a", [[0, 1, 1], [0, 0, 0]]), record("b", [[0, 0, 0], [0, 0, 0]])])
+    write(tmp_path / "eval_cobalt", [record("a", [[0, 1, 1], [0, 1, 1]]), record("b", [[0, 0, 1], [0, 0, 0]])])
+    write(tmp_path / "eval_cobalt_perturbed", [record("a", [[1, 0, 0]], True), record("b", [[1, 1, 0]], True)])
+    repair_summary.main([str(tmp_path)])
+    assert json.loads((tmp_path / "repair_summary.json").read_text())["models"]["COBALT"]["pass1_per_turn"] == \
+        [0.0, 50.0, 75.0]
+    width, height = Image.open(tmp_path / "repair.png").size
+    assert width > 2.5 * height  # true feedback, perturbed feedback, repaired / broken side by side
+    assert "Self-repair demo: held-out Pass@1" in capsys.readouterr().out

@@ -44,6 +44,9 @@ def check_method(args) -> None:
         if args.contexts or args.perturbed_contexts:
             raise SystemExit(f"error: --method {args.method} trains on {what} --problems, rolled out by the policy: "
                              "no --contexts or --perturbed-contexts (it needs no offline data)")
+    if args.method not in ("cobalt", "single-turn") and (args.adv_std_floor or args.adv_scale != "std"):
+        raise SystemExit(f"error: --adv-std-floor and --adv-scale shape the group advantages of --method cobalt and "
+                         f"single-turn, not of --method {args.method}")
     if args.method in ("grpo-mt", "verpo-mt"):
         if args.turns < 1 or args.sanity_reward_tokens:
             raise SystemExit(f"error: --method {args.method} needs --turns >= 1 and the real reward (no "
