@@ -9,7 +9,7 @@
 # The problems: the demo set's "repair function" family (a statement leaves one detail open; the first failing
 # public test's expected output shows it), split into held-out and training problems; the warm-up's problems are
 # random variants of the family's templates, none of them a problem of the family (make_demo.warmup_problems).
-# Run it with `make demo-repair` (which creates .venv first; about 95 minutes on 2 cores). Every size below can be
+# Run it with `make demo-repair` (which creates .venv first; about 90 minutes on 2 cores). Every size below can be
 # overridden, e.g.
 #   DEMO_OUT=/tmp/r HELDOUT=4 WARMUP_PROBLEMS=16 EXTRA_TRAIN=4 STEPS=2 SAMPLES=1 bash demo_repair.sh
 set -euo pipefail

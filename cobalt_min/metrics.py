@@ -94,12 +94,16 @@ def turn_changes(problem_records: list[dict], n_turns: int) -> list[dict]:
     return out
 
 
+DEGENERATE_REPEATS = 3  # (the format reward asks for 8: a 128-token response holds 3-4 repeats of a sentence)
+
+
 def is_degenerate(response: str) -> bool:
-    """Text a collapsed model writes: it repeats itself (rewards.has_repetition, the format reward's rule: a block
-    of 32+ characters 8 times in a row) or it is mostly not ASCII (more than a third of its non-space characters;
+    """Text a collapsed model writes: it repeats itself (a block of 32+ characters DEGENERATE_REPEATS times in a
+    row, rewards.has_repetition's test) or it is mostly not ASCII (more than a third of its non-space characters;
     the prompts and the programs asked for are English and Python)."""
     visible = [c for c in response if not c.isspace()]
-    return has_repetition(response) or (bool(visible) and sum(not c.isascii() for c in visible) > len(visible) / 3)
+    return (has_repetition(response, min_repeats=DEGENERATE_REPEATS)
+            or (bool(visible) and sum(not c.isascii() for c in visible) > len(visible) / 3))
 
 
 def response_health(problem_records: list[dict], n_turns: int) -> list[dict]:

@@ -117,8 +117,9 @@ def report(result: dict) -> str:
         lines.append(f"{name:11s} " + "  ".join(f"t{h['turn']} {h['no_code_share']:.0f} / {h['degenerate_share']:.0f}"
                                                for h in e["response_health"]))
     for name, turns in result.get("collapsed", {}).items():
-        lines.append(f"COLLAPSED: {name} at turns {', '.join(map(str, turns))}: {COLLAPSE_POINTS:g}+ points more of its "
-                     "responses without code or degenerate than the warm-up model's; its Pass@1 measures that, not repair")
+        lines.append(f"collapse: {name} at turn(s) {', '.join(map(str, turns))} writes {COLLAPSE_POINTS:g}+ points more "
+                     "responses without code, or degenerate, than the warm-up model; its Pass@1 there measures that, "
+                     "not repair")
     if "bar" in result:
         b = result["bar"]
         lines.append(f"\nCOBALT, turn {T - 1} minus turn 0: {b['cobalt_gain_last_turn']:+.1f} points (s.e. "

@@ -73,5 +73,8 @@ def test_the_degenerate_rule():
     assert not is_degenerate("")
     assert not is_degenerate("Le résultat attendu est « 3 » : je corrige la boucle.")  # a few accents
     assert is_degenerate("可以用format()函数，可以在函数内部定美化，可以在函数体中定美化")  # mostly not ASCII
-    assert is_degenerate("The answer is " + "return the value of the whole list, " * 9)  # a 36-character block x 9
-    assert not is_degenerate("The answer is " + "return the value, " * 9)  # 18-character block: too short to count
+    # the self-repair demo's FT and COBALT: the reasoning said again and again before (or instead of) the code
+    said = "The test expected farewell(name), so the program must return exactly that.\n\n"
+    assert is_degenerate(said * 3 + "```python\ndef farewell(name):\n    return 'Farewell'\n```")
+    assert not is_degenerate(said * 2 + "```python\ndef farewell(name):\n    return 'Farewell'\n```")
+    assert not is_degenerate("ok, " * 20)  # 80 characters: no block of 32 or more three times in a row

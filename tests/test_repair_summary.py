@@ -68,7 +68,7 @@ def test_a_model_whose_responses_lose_their_code_is_named_collapsed(tmp_path):
     assert [(h["responses"], h["no_code"], h["degenerate"]) for h in health] == [(4, 0, 0), (4, 4, 4)]
     assert result["collapsed"] == {"COBALT": [1]}  # FT wrote code as the warm-up model did
     text = repair_summary.report(result)
-    assert "COLLAPSED: COBALT at turns 1" in text and "COBALT      t0 0 / 0  t1 100 / 100" in text
+    assert "collapse: COBALT at turn(s) 1 writes 10+ points more" in text and "COBALT      t0 0 / 0  t1 100 / 100" in text
 
 
 def test_the_command_writes_the_summary_and_a_figure_of_three_panels(tmp_path, capsys):
