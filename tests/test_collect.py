@@ -61,4 +61,4 @@ def test_collect_errors(tmp_path):
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "collect.py"), "--model", str(tmp_path / "empty-model"),
                            "--problems", "demo", "--out", str(tmp_path / "o"), "--engine", "hf"],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert proc.returncode != 0 and "could not load model" in proc.stderr
+    assert proc.returncode != 0 and "could not load model" in proc.stderr and "is a folder with no model in it" in proc.stderr

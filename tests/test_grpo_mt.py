@@ -129,7 +129,7 @@ def test_grpo_mt_steps_in_one_process_and_on_two_ranks(tiny_model_dir, problems,
     bad = subprocess.run([sys.executable, *mt_args(tiny_model_dir, problems, tmp_path / "bad"), "--contexts",
                           str(tmp_path / "x.jsonl")],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert bad.returncode != 0 and "--method grpo-mt trains on --problems" in bad.stderr
+    assert bad.returncode != 0 and "--method grpo-mt trains on whole conversations on --problems" in bad.stderr
 
 
 def test_verpo_mt_steps_in_one_process_and_on_two_ranks(tiny_model_dir, problems, tmp_path):

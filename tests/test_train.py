@@ -120,7 +120,7 @@ def test_clear_errors(tiny_model_dir, tmp_path):
     assert proc.returncode == 2 and "--model: " + str(tmp_path / "no-model") + " does not exist" in proc.stderr
     (tmp_path / "empty-model").mkdir()  # a folder with no model in it
     proc = train(tmp_path / "o3", str(tmp_path / "empty-model"), write_contexts(tmp_path / "c.jsonl", short=True))
-    assert proc.returncode != 0 and "could not load model" in proc.stderr
+    assert proc.returncode != 0 and "is a folder with no model in it (no config.json)" in proc.stderr, proc.stderr[-500:]
     proc = train(tmp_path / "o4", tiny_model_dir, tmp_path / "missing.jsonl")
     assert proc.returncode != 0 and "does not exist" in proc.stderr
     proc = train(tmp_path / "o6", tiny_model_dir, write_contexts(tmp_path / "c3.jsonl", short=True), "--batch-size", "8")
