@@ -65,7 +65,7 @@ def hub_options(path: str) -> dict:
 
 def load_error(path: str, options: dict, error: Exception) -> str:
     """The message for a model or tokenizer that did not load."""
-    if Path(path).is_dir() and not (Path(path) / "config.json").exists():
+    if Path(path).is_dir() and not (Path(path) / "config.json").exists() and not any(Path(path).glob("*.gguf")):
         return f"{path} is a folder with no model in it (no config.json)"
     if options.get("local_files_only"):
         return (f"{path} is neither a file or folder here nor in the hub cache, and the Hugging Face hub cannot "
