@@ -205,8 +205,9 @@ def write_summary(args, out: Path, summary: dict, traj_path: Path) -> None:
         print(wrong_feedback_text(summary["wrong_feedback"]))
     if summary.get("api_usage"):
         print(api_usage_line(summary["api_usage"]))
-    if time_lines(summary["timings_s"]):
-        print("time per turn (all blocks):\n" + "\n".join(time_lines(summary["timings_s"])))
+    per_turn = time_lines(summary["timings_s"])
+    if per_turn:
+        print("time per turn (all blocks):\n" + "\n".join(per_turn))
     plot_pass_at_1({"Pass@1": summary["pass@1"]}, out / "pass_at_1.png", errors={"Pass@1": summary["pass@1_se"]},
                    note=f"{summary['problems']} problems x {summary['samples']} samples; bars: s.e. over problems")
     tag = "eval_perturbed/" if args.perturbed else "eval/"
