@@ -61,7 +61,7 @@ from cobalt_min.grpo import AGGREGATIONS, group_advantages, policy_loss
 from cobalt_min.jsonl import append_jsonl
 from cobalt_min.logprobs import SequenceBatch, pack_groups
 from cobalt_min.problems import problem_flags
-from cobalt_min.prompts import extract_code
+from cobalt_min.prompts import extract_code, says_all_public_passed
 from cobalt_min.report import write_report
 from cobalt_min.rewards import correctness_reward, token_counter, training_reward
 from cobalt_min.rollout import rollout
@@ -262,7 +262,29 @@ def cobalt_batch(learner: Learner, contexts: list, step: int, args, timings: dic
                    if p is not None and not math.isnan(p)]
     return StepBatch(prompts, [comp for _, comp in samples], [b for b, comps in enumerate(completions) for _ in comps],
                      advantages, rewards, rates, len({c.get("problem_id") for c in contexts}),
-                     {"correctness_mean": mean(correctness)}, int((~rewards.isfinite()).sum()))
+                     {"correctness_mean": mean(correctness), **feedback_counts(contexts, rates, args.group_size)},
+                     int((~rewards.isfinite()).sum()))
+
+
+def feedback_counts(contexts: list, rates: list, group_size: int) -> dict:
+    """What a step offers to learn repair from (summed over the ranks: the n_ prefix): the contexts whose last
+    feedback shows a failing public test, their programs that pass every test (repairs) and the contexts where
+    some but not all of the G programs repair (only there do the advantages favour repairing); the contexts whose
+    feedback says every public test passed, and their programs that still pass every test (kept)."""
+    out = dict.fromkeys(("n_failing_feedback_contexts", "n_failing_feedback_repairs", "n_failing_feedback_mixed",
+                         "n_passing_feedback_contexts", "n_passing_feedback_kept"), 0)
+    for b, c in enumerate(contexts):
+        if c.get("turn", 0) == 0:
+            continue
+        solved = [r is not None and r >= 1.0 for r in rates[b * group_size:(b + 1) * group_size]]
+        if says_all_public_passed(c["messages"][-1]):
+            out["n_passing_feedback_contexts"] += 1
+            out["n_passing_feedback_kept"] += sum(solved)
+        else:
+            out["n_failing_feedback_contexts"] += 1
+            out["n_failing_feedback_repairs"] += sum(solved)
+            out["n_failing_feedback_mixed"] += 0 < sum(solved) < len(solved)
+    return out
 
 
 # ----------------------------------------------------------------------------- steps 1-4: GRPO-MT, VeRPO-MT

@@ -61,6 +61,10 @@ def step_metrics(learner: Learner, batch, sequences, stats: dict, timings: dict,
     counts = acc.reduce(torch.tensor([len(batch.completions), sum(p is not None for p in batch.rates), batch.problems,
                                       batch.infra_errors], device=device, dtype=torch.float32), "sum").tolist()
     n_tokens = float(sequences.prompt_mask.sum(1)[sequences.prompt_index].sum() + sequences.completion_mask.sum())
+    counted = {k: v for k, v in batch.extra.items() if k.startswith("n_")}  # counts (train.feedback_counts): summed
+    if counted:
+        sums = acc.reduce(torch.tensor(list(counted.values()), device=device, dtype=torch.float32), "sum").tolist()
+        counted = {k: int(v) for k, v in zip(counted, sums)}
     return {**extra, **rewarded,
             "rank_spread_s": round((batch_s.max() - batch_s.min()).item(), 3),
             "no_code": sum(extract_code(c.text) is None for c in batch.completions) / len(batch.completions),
@@ -72,7 +76,7 @@ def step_metrics(learner: Learner, batch, sequences, stats: dict, timings: dict,
             # problems, generated tokens (all ranks)
             "programs_trained": int(counts[0]), "programs_run": int(counts[1]), "problems": int(counts[2]),
             "infra_errors": int(counts[3]),  # programs the sandbox failed on: no reward, advantage 0
-            **batch.extra, "peak_memory_gb": max(memory), "peak_memory_gb_per_rank": [round(m, 3) for m in memory]}
+            **batch.extra, **counted, "peak_memory_gb": max(memory), "peak_memory_gb_per_rank": [round(m, 3) for m in memory]}
 
 
 def cost_per_example(metrics: dict) -> dict:
