@@ -75,6 +75,8 @@ def cmd_augment(args):
     write_jsonl(args.out, contexts)
     print(f"{stats['problems']} problems perturbed ({stats['without_two_distinct_outputs']} without 2 distinct "
           f"outputs); {stats['contexts']} perturbed contexts (per turn: {dict(sorted(stats['contexts_per_turn'].items()))})")
+    print(f"{stats['said_all_passed']} of {stats['feedback_messages']} rebuilt feedback messages say every public test "
+          f"passed, {stats['said_all_passed_after_correct']} of them after a program that passes every true test")
     print(f"wrote {args.out}")
 
 

@@ -52,7 +52,7 @@ def test_shortened_demo_produces_every_artefact(tmp_path):
     assert "COBALT demo: held-out Pass@1" in proc.stdout and "step   2: reward" in proc.stdout
     # what feedback did at turn 1, for each evaluation; the perturbed one with its wrong-feedback line
     assert "before: turn 1: " in proc.stdout and "after, perturbed: turn 1: " in proc.stdout
-    assert "hacking candidates; correct programs shown a perturbed test" in proc.stdout
+    assert re.search(r"hacking candidates[^;\n]*; correct programs shown a perturbed test", proc.stdout)
     learning = json.loads((out / "learning.json").read_text())
     change = learning["pass1_change"]
     assert change["problems"] == 2 and abs(change["change"] - (change["after"] - change["before"])) < 1e-9
