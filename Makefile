@@ -62,7 +62,7 @@ demo: setup
 	bash demo.sh
 
 # The self-repair demo: a repair warm-up, then COBALT and FT, each model evaluated on held-out repair problems
-# (about 40 minutes on 2 CPU cores with native bfloat16; PTB=1 adds COBALT-PTB and perturbed feedback;
+# (36 minutes on 2 CPU cores with native bfloat16; PTB=1 adds COBALT-PTB and perturbed feedback;
 # demo_repair_out/; bench/RESULTS.md has its runs).
 demo-repair: setup
 	bash demo_repair.sh

@@ -11,8 +11,8 @@
 # open; the first failing public test's expected output shows it; the rest of the family are training problems),
 # and HELDOUT_VARIANTS random variants of the family's templates drawn apart from the warm-up's and the training
 # problems (make_demo.warmup_problems: no two alike, none a problem of the family); the summary gives both sets.
-# Run it with `make demo-repair` (which creates .venv first; about 40 minutes on 2 cores). Every size below can be
-# overridden, e.g.
+# Run it with `make demo-repair` (which creates .venv first; 36 minutes on 2 cores with native bfloat16). Every
+# size below can be overridden, e.g.
 #   DEMO_OUT=/tmp/r HELDOUT=4 HELDOUT_VARIANTS=4 WARMUP_PROBLEMS=16 EXTRA_TRAIN=4 STEPS=2 SAMPLES=1 bash demo_repair.sh
 set -euo pipefail
 cd "$(dirname "$0")"

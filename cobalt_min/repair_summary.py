@@ -26,7 +26,8 @@ from pathlib import Path
 
 from cobalt_min.jsonl import read_jsonl
 from cobalt_min.metrics import (gain_over_turn0, paired_change_per_turn, pass1_per_turn, pass1_se_per_turn,
-                                rate_text, response_health, solved_share, standard_error, turn_changes)
+                                rate_text, response_health, solved_at, solved_share, standard_error, turn_at,
+                                turn_changes)
 from cobalt_min.perturbation import wrong_feedback_per_turn
 
 MODELS = {"warm-up": "warmup", "COBALT": "cobalt", "COBALT-PTB": "cobalt_ptb", "FT": "ft"}  # name: eval_<folder>
@@ -64,12 +65,31 @@ def resubmissions(records: list[dict]) -> dict:
     return out
 
 
+def repairs_going_back(records: list[dict], n_turns: int) -> list[dict]:
+    """Per turn t >= 2: of the repairs at t (failing the hidden tests at t-1, passing at t), how many are a program
+    the conversation already wrote before t-1 (same code, stripped): a return to an earlier program rather than
+    a fix of the one that just failed. [{"turn": t, "earlier_program": k, "repaired": n}]."""
+    out = []
+    for t in range(2, n_turns):
+        earlier = repaired = 0
+        for rec in records:
+            for traj in rec["samples"]:
+                if solved_at(traj, t - 1) or not solved_at(traj, t):
+                    continue
+                repaired += 1
+                before = {turn["program"].strip() for turn in traj["turns"][:t - 1] if turn["program"]}
+                earlier += turn_at(traj, t)["program"].strip() in before
+        out.append({"turn": t, "earlier_program": earlier, "repaired": repaired})
+    return out
+
+
 def model_entry(records: list[dict], perturbed: list[dict] | None, n_turns: int) -> dict:
     """One model's numbers: true feedback, then (when evaluated) perturbed feedback."""
     entry = {"pass1_per_turn": [100 * x for x in pass1_per_turn(records, n_turns)],
              "pass1_se_per_turn": pass1_se_per_turn(records, n_turns),
              "gain_over_turn0": gain_over_turn0(records, n_turns), "turn_changes": turn_changes(records, n_turns),
-             "response_health": response_health(records, n_turns), "resubmitted": resubmissions(records)}
+             "response_health": response_health(records, n_turns), "resubmitted": resubmissions(records),
+             "repairs_going_back": repairs_going_back(records, n_turns)}
     if perturbed is not None:
         entry["perturbed"] = {"pass1_per_turn": [100 * x for x in pass1_per_turn(perturbed, n_turns)],
                               "pass1_se_per_turn": pass1_se_per_turn(perturbed, n_turns),
@@ -197,6 +217,11 @@ def report(result: dict) -> str:
         r = e["resubmitted"]
         lines.append(f"{name:11s} " + " / ".join(f"{n}/{of} ({100 * n / of:.0f}%)" if of else "-"
                                                for n, of in (r["after_passing"], r["after_failing"])))
+    if T > 2:
+        lines.append(f"repairs at turns 2..{T - 1} that go back to a program written before the turn that failed:")
+        for name, e in result["models"].items():
+            lines.append(f"{name:11s} " + "; ".join(f"t{r['turn']} {r['earlier_program']}/{r['repaired']}"
+                                                   for r in e["repairs_going_back"]))
     lines.append("\nresponses without a code block / degenerate (%; metrics.is_degenerate) per turn:")
     for name, e in result["models"].items():
         lines.append(f"{name:11s} " + "  ".join(f"t{h['turn']} {h['no_code_share']:.0f} / {h['degenerate_share']:.0f}"

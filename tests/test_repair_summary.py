@@ -167,3 +167,17 @@ def test_resubmitted_programs_after_passing_and_after_failing_feedback():
     # sample 0: unchanged after failing, changed after failing, unchanged after passing; sample 1: changed after
     # passing; a turn without a program (None) counts neither before nor after it
     assert repair_summary.resubmissions([rec]) == {"after_passing": [1, 2], "after_failing": [1, 2]}
+
+
+def test_repairs_that_go_back_to_an_earlier_program():
+    def turn(program, solved):
+        return {"program": program, "public": [{"passed": solved}], "hidden_pass_rate": 1.0 if solved else 0.0}
+    rec = {"problem_id": "demo/a", "samples": [
+        # solved at 1, broken at 2, the turn-1 program again at 3: a repair at 3 that goes back
+        {"turns": [turn("a", False), turn("b", True), turn("c", False), turn("b\n", True)]},
+        # a new program repairs at 2; at 3 it stays solved (no repair)
+        {"turns": [turn("a", False), turn("a", False), turn("d", True), turn("d", True)]},
+        # a new program repairs at 3
+        {"turns": [turn("a", False), turn("e", False), turn("f", False), turn("g", True)]}]}
+    assert repair_summary.repairs_going_back([rec], 4) == [{"turn": 2, "earlier_program": 0, "repaired": 1},
+                                                          {"turn": 3, "earlier_program": 1, "repaired": 2}]
