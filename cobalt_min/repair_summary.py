@@ -378,11 +378,16 @@ def across_runs(results: dict) -> str:
         diffs = "; ".join(f"{label} {r[key][-1]['change']:+.1f} ({r[key][-1]['se']:.1f})" for key, label in keys if key in r)
         lines.append(f"{name}: turn {T - 1} Pass@1 {cells}; {diffs}")
     for key, label in keys:
-        runs = [r[key][-1] for r in results.values() if key in r]
-        if len(runs) > 1:
-            mean = sum(x["change"] for x in runs) / len(runs)
-            se = sum(x["se"] ** 2 for x in runs) ** 0.5 / len(runs)
-            lines.append(f"{label} at the last turn, mean over {len(runs)} runs: {mean:+.1f} (s.e. {se:.1f})")
+        per_run = [r[key] for r in results.values() if key in r]
+        if len(per_run) < 2:
+            continue
+        means = []
+        for t in range(min(len(p) for p in per_run)):
+            runs = [p[t] for p in per_run]
+            means.append((sum(x["change"] for x in runs) / len(runs), sum(x["se"] ** 2 for x in runs) ** 0.5 / len(runs)))
+        mean, se = means[-1]
+        lines.append(f"{label} at the last turn, mean over {len(per_run)} runs: {mean:+.1f} (s.e. {se:.1f}); per turn: "
+                     + ", ".join(f"t{t} {m:+.1f} ({e:.1f})" for t, (m, e) in enumerate(means)))
     return "\n".join(lines)
 
 

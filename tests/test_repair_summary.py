@@ -156,6 +156,7 @@ def test_several_runs_side_by_side(tmp_path, capsys):
     # seed 0: a +100, b 0 -> +50 (s.e. 50); seed 1: a +50, b 0 -> +25 (s.e. 25); mean +37.5, s.e. sqrt(50^2 + 25^2) / 2
     assert "s0: turn 1 Pass@1 warm-up 0.0, COBALT 50.0; COBALT - warm-up +50.0 (50.0)" in text
     assert f"COBALT - warm-up at the last turn, mean over 2 runs: +37.5 (s.e. {(50 ** 2 + 25 ** 2) ** 0.5 / 2:.1f})" in text
+    assert f"per turn: t0 +0.0 (0.0), t1 +37.5 ({(50 ** 2 + 25 ** 2) ** 0.5 / 2:.1f})" in text
 
 
 def test_resubmitted_programs_after_passing_and_after_failing_feedback():
