@@ -38,6 +38,8 @@ SAMPLES=${SAMPLES:-3}                  # conversations per held-out problem, tru
 PTB_SAMPLES=${PTB_SAMPLES:-2}          # conversations per held-out problem, perturbed feedback
 TURNS=${TURNS:-4}                      # programs per evaluated conversation (training uses 3)
 PTB=${PTB:-0}                          # 1: also COBALT-PTB and the evaluations with perturbed public tests
+BLOCK=64                               # problems rolled out together (collection, evaluation); their conversations are
+                                       # decoded in one batch (--gen-batch-size: how fast, not what is sampled)
 # bf16: the updates (warm-up, COBALT, FT) in bfloat16 autocast with float32 master weights (train.py
 # --mixed-precision), where the CPU multiplies bfloat16 natively (1.6x faster on this kind's AVX512-BF16 CPU)
 MIXED=${MIXED:-$(grep -qwE 'avx512_bf16|amx_bf16' /proc/cpuinfo 2>/dev/null && echo bf16 || echo no)}
@@ -89,8 +91,8 @@ WARM="$OUT/warmup/final"
 
 echo "== 3. offline trajectories of the warm-up model on the training problems, cut into contexts (PTB=1: perturbed ones)"
 timed collect "$PY" collect.py --model "$WARM" --problems "$OUT/train_problems.jsonl" --trajectories "$TRAJECTORIES" \
-    --turns 3 --max-new-tokens "$TOKENS" --stop-after-code --engine hf --batch-problems 64 \
-    --gen-batch-size $((64 * TRAJECTORIES)) --out "$OUT/collect" --resume
+    --turns 3 --max-new-tokens "$TOKENS" --stop-after-code --engine hf --batch-problems "$BLOCK" \
+    --gen-batch-size $((BLOCK * TRAJECTORIES)) --out "$OUT/collect" --resume
 [ "$PTB" = 0 ] || timed augment "$PY" perturb.py augment --trajectories "$OUT/collect/raw.jsonl" --problems "$OUT/train_problems.jsonl" \
     --tokenizer "$WARM" --out "$OUT/collect/perturbed_contexts.jsonl"
 
@@ -108,18 +110,18 @@ echo "== 4. COBALT, FT (single-turn GRPO) and with PTB=1 COBALT-PTB (perturbed c
         --out "$OUT/ft"
 
 echo "== 5. the models on the held-out problems: true feedback (PTB=1: then perturbed public tests)"
-# Blocks of 64 problems, all of a block's conversations decoded together (--gen-batch-size: how fast, not what is
-# sampled; larger batches use the two cores better: decoding 1.5x faster at 192 rows than at 64, bench/RESULTS.md)
+# A block's conversations decoded together: larger batches use the two cores better (decoding 1.45x faster at 192
+# rows than at 64, bench/RESULTS.md)
 EVAL=(--problems "$OUT/heldout_problems.jsonl" --turns "$TURNS" --max-new-tokens "$TOKENS" --stop-after-code --engine hf
-      --batch-problems 64 --resume)
+      --batch-problems "$BLOCK" --resume)
 MODELS=(warmup cobalt ft); [ "$PTB" = 0 ] || MODELS=(warmup cobalt cobalt_ptb ft)
 for model in "${MODELS[@]}"; do
     path="$OUT/$model/final"
     [ -f "$OUT/eval_$model/summary.json" ] || \
-        timed "eval_$model" "$PY" evaluate.py --model "$path" "${EVAL[@]}" --samples "$SAMPLES" --gen-batch-size $((64 * SAMPLES)) --out "$OUT/eval_$model"
+        timed "eval_$model" "$PY" evaluate.py --model "$path" "${EVAL[@]}" --samples "$SAMPLES" --gen-batch-size $((BLOCK * SAMPLES)) --out "$OUT/eval_$model"
     [ "$PTB" = 0 ] && continue
     [ -f "$OUT/eval_${model}_perturbed/summary.json" ] || \
-        timed "eval_${model}_perturbed" "$PY" evaluate.py --model "$path" "${EVAL[@]}" --samples "$PTB_SAMPLES" --gen-batch-size $((64 * PTB_SAMPLES)) --perturbed \
+        timed "eval_${model}_perturbed" "$PY" evaluate.py --model "$path" "${EVAL[@]}" --samples "$PTB_SAMPLES" --gen-batch-size $((BLOCK * PTB_SAMPLES)) --perturbed \
             --out "$OUT/eval_${model}_perturbed"
     "$PY" perturb.py analyze --run "$OUT/eval_${model}_perturbed" > /dev/null
 done
