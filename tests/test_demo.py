@@ -80,7 +80,7 @@ def test_shortened_demo_produces_every_artefact(tmp_path):
 
 
 def test_demo_step_seconds_are_summed_and_bad_lines_named(tmp_path):
-    from cobalt_min.demo_summary import step_seconds, time_lines, train_phase_seconds
+    from cobalt_min.demos.demo_summary import step_seconds, time_lines, train_phase_seconds
     (tmp_path / "step_seconds.tsv").write_text("model\t3\ncollect\t10\ncollect\t5\ntrain\t40\n")
     assert step_seconds(tmp_path) == {"model": 3, "collect": 15, "train": 40}  # an interrupted step, resumed: summed
     phases = train_phase_seconds([{"generate_s": 1.0, "update_s": 2.0, "step_s": 4.0},

@@ -12,7 +12,7 @@ def test_pass_at_k():
 
 
 def test_paired_change_and_reward_trend_by_hand():
-    from cobalt_min.demo_summary import reward_trend
+    from cobalt_min.demos.demo_summary import reward_trend
     from cobalt_min.metrics import paired_change, pass1_se_per_turn
 
     def record(pid, solved):  # solved[s][t]: does sample s pass every hidden test at turn t

@@ -1,10 +1,10 @@
-"""The self-repair demo's summary (cobalt_min/repair_summary.py) on hand-made evaluations: Pass@1 per turn, the
+"""The self-repair demo's summary (cobalt_min/demos/repair_summary.py) on hand-made evaluations: Pass@1 per turn, the
 gain over turn 0, COBALT against the warm-up model, the perturbed drop of COBALT-PTB against COBALT's, the bar."""
 import json
 
 import pytest
 
-from cobalt_min import repair_summary
+from cobalt_min.demos import repair_summary
 
 
 def record(pid, solved, perturbed=False):  # solved[s][t]: does sample s pass every hidden test at turn t

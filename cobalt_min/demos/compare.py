@@ -2,7 +2,7 @@
 stage: the control that sees no feedback in training) and the online multi-turn baselines GRPO-MT and
 VeRPO-MT on the same held-out problems, and what each training run cost per example.
 
-    python -m cobalt_min.compare compare_out      # writes compare_out/comparison.json and comparison.png
+    python -m cobalt_min.demos.compare compare_out      # writes compare_out/comparison.json and comparison.png
 
 Per method: held-out Pass@1 per turn with its standard error over problems, its gain over turn 0 and the
 programs repaired and broken at each turn (what feedback did), the paired change against the base model
@@ -137,7 +137,7 @@ def report(result: dict) -> str:
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
-        raise SystemExit("usage: python -m cobalt_min.compare COMPARE_OUT_DIR")
+        raise SystemExit("usage: python -m cobalt_min.demos.compare COMPARE_OUT_DIR")
     out = Path(argv[0])
     missing = [str(out / f / "summary.json") for f in METHODS.values() if not (out / f / "summary.json").exists()]
     missing += [str(out / f / "metrics.jsonl") for f in TRAIN_RUNS.values() if not (out / f / "metrics.jsonl").exists()]

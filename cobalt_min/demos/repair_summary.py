@@ -1,8 +1,8 @@
 """The self-repair demo's closing summary (demo_repair.sh ends with it): the paper's three multi-turn results
 at toy scale, per model (the warm-up model, COBALT, COBALT-PTB, FT) on the held-out repair problems.
 
-    python -m cobalt_min.repair_summary demo_repair_out      # writes repair_summary.json and repair.png
-    python -m cobalt_min.repair_summary out_seed0 out_seed1 out_seed2   # several runs (seeds): side by side
+    python -m cobalt_min.demos.repair_summary demo_repair_out      # writes repair_summary.json and repair.png
+    python -m cobalt_min.demos.repair_summary out_seed0 out_seed1 out_seed2   # several runs (seeds): side by side
 
 1. Per turn, with true feedback: Pass@1 (its standard error over problems), the gain of each turn over turn 0
    paired over problems, the programs repaired and broken at each turn (metrics.turn_changes); turn 3 is
@@ -394,7 +394,7 @@ def across_runs(results: dict) -> str:
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if not argv:
-        raise SystemExit("usage: python -m cobalt_min.repair_summary DEMO_REPAIR_OUT_DIR [MORE_RUN_DIRS ...]")
+        raise SystemExit("usage: python -m cobalt_min.demos.repair_summary DEMO_REPAIR_OUT_DIR [MORE_RUN_DIRS ...]")
     if len(argv) > 1:
         missing = [d for d in argv if not (Path(d) / "repair_summary.json").exists()]
         if missing:

@@ -2,7 +2,7 @@
 paired change with its standard error, the training reward's rise, the learning figure, and where the
 time went (each step of demo.sh; train.py's phases).
 
-    python -m cobalt_min.demo_summary demo_out
+    python -m cobalt_min.demos.demo_summary demo_out
 """
 
 import argparse
@@ -177,7 +177,7 @@ def demo_summary(out) -> str:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m cobalt_min.demo_summary",
+    ap = argparse.ArgumentParser(prog="python -m cobalt_min.demos.demo_summary",
                                  description="Print the closing summary of a demo.sh run (demo.sh prints it itself).")
     ap.add_argument("demo_out", help="the demo's output folder (DEMO_OUT, default demo_out)")
     args = ap.parse_args(argv)
