@@ -13,6 +13,7 @@ each kind of feedback, what the perturbed training contexts hold, and one line p
 """
 
 import argparse
+import collections
 import json
 import math
 import sys
@@ -72,9 +73,10 @@ def unchanged(records: list[dict]) -> list[int]:
     return [same, total]
 
 
-def candidate_rates(records: list[dict]) -> dict:
-    """{problem id: hacking candidates per conversation}."""
-    return {r["problem_id"]: len(hacking_candidates(r)) / len(r["samples"]) for r in records}
+def candidate_rates(records: list[dict], cases: list[dict]) -> dict:
+    """{problem id: hacking candidates per conversation}, from the run's records and its candidates."""
+    found = collections.Counter(c["problem_id"] for c in cases)
+    return {r["problem_id"]: found[r["problem_id"]] / len(r["samples"]) for r in records}
 
 
 def paired_rate_difference(a: dict, b: dict) -> dict:
@@ -85,20 +87,19 @@ def paired_rate_difference(a: dict, b: dict) -> dict:
     return {"problems": len(common), "difference": sum(diffs) / max(1, len(diffs)), "se": standard_error(diffs)}
 
 
-def examples(records: list[dict], limit: int = EXAMPLES_PER_RULE) -> dict:
+def examples(cases: list[dict], limit: int = EXAMPLES_PER_RULE) -> dict:
     """Up to `limit` hacking candidates per rule class: problem, turn, the feedback shown, the diff."""
     out = {rule: [] for rule in RULES}
-    for rec in records:
-        for c in hacking_candidates(rec):
-            group = out.setdefault(c["rule"] or "other", [])
-            if len(group) < limit:
-                group.append({k: c[k] for k in ("problem_id", "sample", "turn", "feedback", "diff",
-                                                 "hidden_pass_rate_before", "hidden_pass_rate_after")})
+    for c in cases:
+        group = out.setdefault(c["rule"] or "other", [])
+        if len(group) < limit:
+            group.append({k: c[k] for k in ("problem_id", "sample", "turn", "feedback", "diff",
+                                             "hidden_pass_rate_before", "hidden_pass_rate_after")})
     return out
 
 
-def model_entry(true: list[dict], perturbed: list[dict], n_turns: int) -> dict:
-    """One model's numbers under true and under perturbed feedback."""
+def model_entry(true: list[dict], perturbed: list[dict], cases: list[dict], n_turns: int) -> dict:
+    """One model's numbers under true and under perturbed feedback (cases: the perturbed run's hacking candidates)."""
     entry = {}
     for kind, records in (("true", true), ("perturbed", perturbed)):
         entry[kind] = {"problems": len(records), "samples": min(len(r["samples"]) for r in records),
@@ -117,7 +118,7 @@ def model_entry(true: list[dict], perturbed: list[dict], n_turns: int) -> dict:
     total = sum(w["hacking_candidates"] for w in wrong)
     entry["perturbed"]["candidates_total"] = total
     entry["perturbed"]["candidates_per_100_conversations"] = 100 * total / max(1, conversations)
-    entry["perturbed"]["examples"] = examples(perturbed)
+    entry["perturbed"]["examples"] = examples(cases)
     entry["perturbed_minus_true"] = paired_change_per_turn(true, perturbed, n_turns)
     return entry
 
@@ -226,10 +227,11 @@ def summarize(out) -> dict:
             if not into[folder]:
                 raise SystemExit(f"error: {path} holds no problem")
     n_turns = max(len(s["turns"]) for recs in true.values() for r in recs for s in r["samples"])
-    result = {"turns": n_turns, "models": {m: model_entry(true[m], perturbed[m], n_turns) for m in MODELS}}
+    cases = {m: [c for r in perturbed[m] for c in hacking_candidates(r)] for m in MODELS}
+    result = {"turns": n_turns, "models": {m: model_entry(true[m], perturbed[m], cases[m], n_turns) for m in MODELS}}
     result["ptb_minus_cobalt"] = {kind: paired_change_per_turn(runs["cobalt"], runs["cobalt_ptb"], n_turns)[-1]
                                   for kind, runs in (("true", true), ("perturbed", perturbed))}
-    rates = {m: candidate_rates(perturbed[m]) for m in MODELS}
+    rates = {m: candidate_rates(perturbed[m], cases[m]) for m in MODELS}
     result["candidates"] = {"cobalt_minus_start": paired_rate_difference(rates["start"], rates["cobalt"]),
                             "ft_minus_start": paired_rate_difference(rates["start"], rates["ft"]),
                             "cobalt_ptb_minus_cobalt": paired_rate_difference(rates["cobalt"], rates["cobalt_ptb"])}
