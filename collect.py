@@ -61,11 +61,7 @@ def parser() -> argparse.ArgumentParser:
                    help="transformers engine: sequences decoded together")
     cli.hf_engine_flags(g)
     cli.renamed(g, "--batch-size", "is now --gen-batch-size (train.py's --batch-size counts contexts per step)")
-    g.add_argument("--tensor-parallel-size", type=cli.count, default=1, help="vLLM tensor parallel size")
-    g.add_argument("--vllm-gpu-memory-utilization", type=cli.probability, default=0.9,
-                   help="vLLM's share of the GPU's memory")
-    g.add_argument("--vllm-max-num-seqs", type=cli.count, default=None, help="vLLM: sequences in flight at most")
-    cli.renamed(g, "--gpu-memory-utilization", "is now --vllm-gpu-memory-utilization (as in train.py)")
+    cli.vllm_flags(g)
     g = ap.add_argument_group("problems")
     problem_flags(g, required=False, what="the problems to collect on")
     g = ap.add_argument_group("collection (paper §4 defaults)")
@@ -78,7 +74,7 @@ def parser() -> argparse.ArgumentParser:
     cli.stop_after_code_flag(g)
     g.add_argument("--seed", type=int, default=0, help="sampling seed")
     grader_flags(g)
-    g.add_argument("--workers", type=cli.count, default=None, help="sandbox workers (default: one per CPU)")
+    cli.sandbox_flags(g, "trajectory")
     g.add_argument("--batch-problems", type=cli.count, default=8, help="problems rolled out together")
     g = ap.add_argument_group("contexts (paper §4 defaults)")
     g.add_argument("--split", default="train", choices=["train", "validation"],
@@ -165,7 +161,7 @@ def collect_trajectories(args, ranks, raw_path: Path) -> dict | None:
         trajs, seconds = rollout(block, engine, samples=args.trajectories, feedback_turns=args.turns - 1,
                                  temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
                                  seed=args.seed + BLOCK_SEED_STRIDE * start, thinking=args.thinking,
-                                 grader=grader_of(args), workers=workers)
+                                 grader=grader_of(args), workers=workers, reuse_verdicts=args.reuse_verdicts)
         return [set_apart_lost({"problem_id": p.id, "tests": p.all_tests(), "samples": samples})
                 for p, samples in zip(block, trajs)], seconds
 

@@ -6,7 +6,9 @@
 #   feedback from public tests with two expected outputs swapped; no model calls) -> COBALT, COBALT-PTB (the
 #   perturbed contexts added) and FT (single-turn GRPO), the same steps each -> every model on the held-out
 #   problems, 4 programs per conversation, once with true and once with perturbed public tests (the same problems
-#   and seeds: turn 0 is the same program under both) -> hacking_summary.json / .md, hacking.png, report.html.
+#   and seeds; the perturbed run takes turn 0, which sees no feedback, from the true run) -> hacking_summary.json /
+#   .md, hacking.png, report.html. A program met before in an evaluation on the same problem (the models mostly
+#   resubmit) takes the verdict it got (evaluate.py --reuse-verdicts).
 # The held-out problems: HELDOUT problems of the demo set's "very easy function" family (the rest are training
 # problems) and HELDOUT_VARIANTS random very easy problems (make_demo.easy_variants: a template with a constant
 # drawn at random), drawn apart from the EXTRA_TRAIN variants added to the training problems.
@@ -30,7 +32,7 @@ ADV_STD_FLOOR=${ADV_STD_FLOOR:-0.1}    # train.py --adv-std-floor (as the repair
 PTB_FRACTION=${PTB_FRACTION:-all}      # COBALT-PTB: share of perturbed contexts in its training set (all: add them all)
 TOKENS=${MAX_NEW_TOKENS:-128}          # max new tokens per response; every response ends with its first code block
 MAX_PROMPT=${MAX_PROMPT:-600}          # longer training contexts are skipped
-SAMPLES=${SAMPLES:-3}                  # conversations per held-out problem: COBALT and COBALT-PTB (the compared pair)
+SAMPLES=${SAMPLES:-4}                  # conversations per held-out problem: COBALT and COBALT-PTB (the compared pair)
 OTHER_SAMPLES=${OTHER_SAMPLES:-1}      # the same for the starting model and FT
 TURNS=${TURNS:-4}                      # programs per evaluated conversation (training uses 3)
 BLOCK=${BLOCK:-64}                     # problems rolled out together (SAMPLES each; the same number of conversations
@@ -69,7 +71,7 @@ echo "      problems drawn for training and held out"
 echo "== 2. offline trajectories of the starting model on the training problems, cut into contexts; perturbed contexts"
 timed collect "$PY" collect.py --model "$START" --problems "$OUT/train_problems.jsonl" --trajectories "$TRAJECTORIES" \
     --turns 3 --max-new-tokens "$TOKENS" --stop-after-code --engine hf --batch-problems "$BLOCK" \
-    --gen-batch-size $((BLOCK * TRAJECTORIES)) --out "$OUT/collect" --resume
+    --gen-batch-size $((BLOCK * TRAJECTORIES)) --reuse-verdicts --out "$OUT/collect" --resume
 [ -s "$OUT/collect/perturbed_contexts.jsonl" ] || timed augment "$PY" perturb.py augment \
     --trajectories "$OUT/collect/raw.jsonl" --problems "$OUT/train_problems.jsonl" --tokenizer "$START" \
     --out "$OUT/collect/perturbed_contexts.jsonl" | tee "$OUT/collect/augment.txt"
@@ -91,12 +93,12 @@ echo "== 3. COBALT, COBALT-PTB (perturbed contexts added) and FT (single-turn GR
 
 echo "== 4. every model on the held-out problems: true public tests, then perturbed ones (the same seeds)"
 EVAL=(--problems "$OUT/heldout_problems.jsonl" --turns "$TURNS" --max-new-tokens "$TOKENS" --stop-after-code --engine hf
-      --resume)
+      --reuse-verdicts --resume)
 for model in start cobalt cobalt_ptb ft; do
     path="$OUT/$model/final"; [ "$model" = start ] && path="$START"
     samples=$OTHER_SAMPLES; [ "$model" = cobalt ] || [ "$model" = cobalt_ptb ] && samples=$SAMPLES
     for feedback in true perturbed; do
-        run="$OUT/eval_${model}"; flag=(); [ "$feedback" = true ] || { run="${run}_perturbed"; flag=(--perturbed); }
+        run="$OUT/eval_${model}"; flag=(); [ "$feedback" = true ] || { run="${run}_perturbed"; flag=(--perturbed --first-turn-from "$OUT/eval_${model}"); }
         [ -f "$run/summary.json" ] || timed "eval_${model}_$feedback" "$PY" evaluate.py --model "$path" "${EVAL[@]}" \
             --samples "$samples" --batch-problems $((BLOCK * SAMPLES / samples)) --gen-batch-size $((BLOCK * SAMPLES)) \
             "${flag[@]}" --out "$run"

@@ -31,6 +31,7 @@ from pathlib import Path
 from cobalt_min import cli
 from cobalt_min.generation import BLOCK_SEED_STRIDE
 from cobalt_min.graders import grader_flags, grader_of
+from cobalt_min.jsonl import read_jsonl
 from cobalt_min.metrics import format_table, plot_pass_at_1, summarize
 from cobalt_min.problem_shards import api_usage_line, check_new_or_resumed, join_launch, roll_out_problems
 from cobalt_min.problems import problem_flags, problems_of
@@ -59,11 +60,7 @@ def parser() -> argparse.ArgumentParser:
                    help="transformers engine: sequences decoded together")
     cli.hf_engine_flags(g)
     cli.renamed(g, "--batch-size", "is now --gen-batch-size (train.py's --batch-size counts contexts per step)")
-    g.add_argument("--tensor-parallel-size", type=cli.count, default=1, help="vLLM tensor parallel size")
-    cli.renamed(g, "--gpu-memory-utilization", "is now --vllm-gpu-memory-utilization (as in train.py)")
-    g.add_argument("--vllm-gpu-memory-utilization", type=cli.probability, default=0.9,
-                   help="vLLM share of GPU memory")
-    g.add_argument("--vllm-max-num-seqs", type=cli.count, default=None, help="vLLM: sequences in flight at most")
+    cli.vllm_flags(g)
     g = ap.add_argument_group("problems")
     problem_flags(g, required=True, what="the problems to evaluate on")
     cli.renamed(g, "--split", "is now --problem-split (collect.py's --split chooses training or validation contexts)")
@@ -77,11 +74,14 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--max-new-tokens", type=cli.count, default=8192, help="per response")
     cli.stop_after_code_flag(g)
     g.add_argument("--seed", type=int, default=0, help="sampling seed")
+    g.add_argument("--first-turn-from", metavar="RUN", help="a finished evaluation of the same model and settings "
+                   "but for what acts after turn 0 (AFTER_TURN_0: --perturbed, --turns, ...): its turn-0 responses are "
+                   "taken instead of sampled again (turn 0 sees no feedback), then run and scored here")
     g.add_argument("--stop-on-public-pass", action="store_true",
                    help="stop a conversation once its program passes all public tests (the paper does not)")
     g = ap.add_argument_group("execution")
     grader_flags(g)
-    g.add_argument("--workers", type=cli.count, default=None, help="sandbox workers (default: one per CPU)")
+    cli.sandbox_flags(g, "sample")
     g = ap.add_argument_group("perturbed feedback (paper §7)")
     g.add_argument("--perturbed", action="store_true", help="show perturbed public tests: taken from the problem "
                    "file when it has them (perturb.py tests), else made here with --perturb-seed")
@@ -114,6 +114,11 @@ SETTINGS = cli.settings_of(parser(), besides={
     "tensor_parallel_size", "vllm_gpu_memory_utilization", "vllm_max_num_seqs", "workers"})
 
 
+# What does not decide turn 0's responses: a --first-turn-from run may differ from this one in these settings only.
+AFTER_TURN_0 = {"turns", "perturbed", "perturb_seed", "stop_on_public_pass", "grader", "timeout", "reuse_verdicts",
+                "first_turn_from"}
+
+
 def main(argv=None):
     """evaluate.py's command line: parse the flags, then evaluate; Ctrl-C says what the run keeps."""
     args = parse_args(argv)
@@ -136,6 +141,7 @@ def evaluate(args):
         out.mkdir(parents=True, exist_ok=True)
     check_new_or_resumed(ranks, args, SETTINGS, traj_path, "or choose another --out")
     problems, feedback_tests, perturbed_info = evaluation_problems(args, ranks.main)
+    first = first_turn_responses(args, problems)
 
     def roll_out_block(engine, workers, start, block):
         """The conversations of a block of --batch-problems problems, seeded by its position."""
@@ -143,7 +149,9 @@ def evaluate(args):
                                  temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
                                  seed=args.seed + BLOCK_SEED_STRIDE * start, thinking=args.thinking,
                                  stop_on_public_pass=args.stop_on_public_pass, grader=grader_of(args),
-                                 workers=workers, feedback_tests=[feedback_tests[p.id] for p in block])
+                                 workers=workers, feedback_tests=[feedback_tests[p.id] for p in block],
+                                 first_responses=[first[p.id] for p in block] if first else None,
+                                 reuse_verdicts=args.reuse_verdicts)
         records = [set_apart_lost({"problem_id": p.id, "samples": samples}) for p, samples in zip(block, trajs)]
         for record in records:
             if record["problem_id"] in perturbed_info:
@@ -169,6 +177,35 @@ def evaluation_problems(args, main: bool) -> tuple[list, dict, dict]:
         print(f"perturbed public tests for {len(problems)} problems ({dropped} without 2 distinct outputs dropped)",
               file=sys.stderr)
     return problems, feedback_tests, perturbed_info
+
+
+def first_turn_responses(args, problems: list) -> dict | None:
+    """With --first-turn-from RUN: {problem id: its samples' turn-0 responses in RUN}, after checking that RUN
+    is a finished evaluation with this run's settings (but for AFTER_TURN_0's) holding every conversation
+    asked for. Without it: None (turn 0 is sampled)."""
+    if args.first_turn_from is None:
+        return None
+    run = Path(args.first_turn_from)
+    if not (run / "summary.json").exists() or not (run / "settings.json").exists():
+        raise SystemExit(f"error: --first-turn-from {run}: no summary.json and settings.json there (not a finished "
+                         "evaluate.py run)")
+    there = json.loads((run / "settings.json").read_text())
+    diff = [f"--{k.replace('_', '-')} {there.get(k)!r} there, {getattr(args, k)!r} here"
+            for k in SETTINGS if k not in AFTER_TURN_0 and there.get(k) != getattr(args, k)]
+    if diff:
+        raise SystemExit(f"error: --first-turn-from {run} ran with other settings ({'; '.join(diff)}): its turn-0 "
+                         "programs are not the ones this run would sample")
+    responses = {}
+    for record in read_jsonl(run / "trajectories.jsonl"):
+        for traj in record["samples"] + record.get("infra_failed", []):
+            if traj["turns"]:  # (empty: an API request that failed there)
+                responses[(record["problem_id"], traj["sample"])] = traj["turns"][0]["response"]
+    missing = [f"problem {p.id} sample {s}" for p in problems for s in range(args.samples)
+               if (p.id, s) not in responses]
+    if missing:
+        raise SystemExit(f"error: --first-turn-from {run}/trajectories.jsonl has no turn-0 response for {len(missing)} "
+                         f"conversations asked for here (first: {missing[0]})")
+    return {p.id: [responses[(p.id, s)] for s in range(args.samples)] for p in problems}
 
 
 def summarize_run(args, records: list, n_problems: int, timings: dict, usage: dict | None, traj_path: Path) -> dict:

@@ -263,6 +263,27 @@ def hf_engine_flags(group) -> None:
                             "default: a quarter of the memory free at start)")
 
 
+def vllm_flags(group) -> None:
+    """vLLM's flags, the same in collect.py and evaluate.py (engines/vllm_engine.py)."""
+    group.add_argument("--tensor-parallel-size", type=count, default=1, help="vLLM tensor parallel size")
+    group.add_argument("--vllm-gpu-memory-utilization", type=probability, default=0.9,
+                       help="vLLM's share of the GPU's memory")
+    group.add_argument("--vllm-max-num-seqs", type=count, default=None, help="vLLM: sequences in flight at most")
+    renamed(group, "--gpu-memory-utilization", "is now --vllm-gpu-memory-utilization (as in train.py)")
+
+
+def sandbox_flags(group, sample: str) -> None:
+    """--workers and --reuse-verdicts, the same in collect.py and evaluate.py (rollout.execute_turn). sample:
+    what the script calls one conversation of a problem."""
+    group.add_argument("--workers", type=count, default=None, help="sandbox workers (default: one per CPU)")
+    group.add_argument("--reuse-verdicts", action="store_true",
+                       help=f"a program already run in the same block on the same problem (resubmitted unchanged, or "
+                            f"another {sample}'s identical program) takes that verdict instead of running again: the "
+                            "same verdict for a deterministic program; for one whose verdict varies (random, timing), "
+                            "each verdict is still one of its verdicts, no longer drawn apart from the earlier one. "
+                            "Default: every program runs, as in the paper")
+
+
 def check_model_flags(parser: argparse.ArgumentParser, args) -> None:
     """--model and --engine together, one convention in collect.py, evaluate.py and perturb.py judge: with --engine
     api, --model is the model's name on the --api-base server, taken as it is (served names may look like paths:

@@ -121,15 +121,44 @@ def sample_turn(engine, convs: list, live: list, t: int, *, samples: int, temper
     return prompts, {key: out[0] for key, out in zip(live, outs)}
 
 
-def execute_turn(responses: list, problems: list, feedback_tests: list, *, thinking: bool, grader, workers):
+def turn_responses(engine, convs: list, trajs: list, live: list, t: int, first_responses: list | None,
+                   **sampling) -> tuple[list, dict, dict, dict]:
+    """Turn t's responses: (the live conversations that have one, {(i, s): prompt}, {(i, s): Completion},
+    {(i, s): text}). Sampled (sample_turn), or at turn 0 given: first_responses[i][s] (evaluate.py
+    --first-turn-from: the same model's turn 0 from another run), nothing sampled. A request that failed
+    after its retries (the API engine) has no program to score: its conversation is lost (set_apart_lost)."""
+    if t == 0 and first_responses is not None:
+        return live, {}, {}, {(i, s): first_responses[i][s] for i, s in live}
+    prompts, completions = sample_turn(engine, convs, live, t, **sampling)
+    for (i, s), c in completions.items():
+        if c.error:
+            trajs[i][s].update(infra_error=c.error, stopped=True)
+    live = [key for key in live if not completions[key].error]
+    return live, prompts, completions, {key: completions[key].text for key in live}
+
+
+def execute_turn(responses: list, problems: list, feedback_tests: list, *, thinking: bool, grader, workers,
+                 verdicts_met: dict | None = None, problem_keys: list | None = None):
     """Run a turn's responses, one sandbox batch: (programs, scored programs, verdicts: run_turn_programs').
     Feedback runs the program of the whole response; scores (pass rates, Pass@1) run the program of the
     response as kept in the conversation (thinking models: after </think>, cut to prompts.HISTORY_CHARS
-    characters), as the authors score their stored conversations. The two differ only for thinking models."""
+    characters), as the authors score their stored conversations. The two differ only for thinking models.
+
+    verdicts_met (rollout's reuse_verdicts): {(problem key, program, scored program): verdict} of the programs
+    run so far; a program found there is not run again, and each program run is added (problem_keys[k]:
+    which problem response k answers; one key per problem and feedback tests)."""
     programs = [extract_code(r) for r in responses]
     scored = [extract_code(history_text(r, thinking)) for r in responses] if thinking else programs
-    return programs, scored, run_turn_programs(programs, problems, feedback_tests, scored_programs=scored,
-                                               grader=grader, workers=workers)
+    if verdicts_met is None:
+        return programs, scored, run_turn_programs(programs, problems, feedback_tests, scored_programs=scored,
+                                                   grader=grader, workers=workers)
+    keys = [(key, program, s) for key, program, s in zip(problem_keys, programs, scored)]
+    new = list({key: k for k, key in enumerate(keys) if key not in verdicts_met}.values())  # one run per program
+    ran = run_turn_programs([programs[k] for k in new], [problems[k] for k in new], [feedback_tests[k] for k in new],
+                            scored_programs=[scored[k] for k in new], grader=grader, workers=workers)
+    verdicts_met.update({keys[k]: v for k, v in zip(new, ran) if not (v and "infra_error" in v)})
+    this_turn = {keys[k]: v for k, v in zip(new, ran)}  # (an infrastructure failure is tried again next time)
+    return programs, scored, [this_turn[key] if key in this_turn else verdicts_met[key] for key in keys]
 
 
 def learning_fields(prompt_ids: list, completion, verdict: dict | None, problem) -> dict:
@@ -166,23 +195,26 @@ def time_lines(timings: dict) -> list[str]:
 def rollout(problems: list, engine, *, samples: int, feedback_turns: int, temperature: float = 0.6, top_p: float = 0.95,
             max_new_tokens: int = 8192, seed: int | list[int] = 0, thinking: bool = False,
             stop_on_public_pass: bool = False, grader=None, workers=None, feedback_tests: list | None = None,
-            progress: bool = True, keep_tokens: bool = False):
+            progress: bool = True, keep_tokens: bool = False, first_responses=None, reuse_verdicts=False):
     """Run `samples` conversations per problem for turn 0 plus `feedback_turns` feedback turns (a script's
-    --turns counts programs: feedback_turns = turns - 1).
-
-    feedback_tests: per problem, the public tests whose results the model sees (default: its public tests;
-    perturbed ones under perturbation). Scores always use the true tests. grader: graders.py's (None: the authors').
-    keep_tokens: each turn's record also holds what online multi-turn training (train.py --method grpo-mt,
-    verpo-mt) learns on (learning_fields). seed: an int (the call's), or one seed per problem (train.py: by
-    the problem's position in the global batch, so that a conversation does not depend on the number of
-    ranks; sample_turn says how it is used). Returns (trajectories, timings): trajectories[i][s] is the record
-    of problem i, sample s; timings: seconds of sampling and of the sandbox, in all and per turn (note_time)."""
+    --turns counts programs: feedback_turns = turns - 1). feedback_tests: per problem, the public tests whose
+    results the model sees (default: its public tests; perturbed ones under perturbation). Scores always use the
+    true tests. grader: graders.py's (None: the authors'). keep_tokens: each turn's record also holds what online
+    multi-turn training (train.py --method grpo-mt, verpo-mt) learns on (learning_fields). seed: an int (the
+    call's), or one per problem (train.py: by the problem's position in the global batch, so that a conversation
+    does not depend on the number of ranks; sample_turn). first_responses[i][s]: turn 0's response, given
+    (turn_responses). reuse_verdicts: a program already run in this call on the same problem takes that verdict
+    (execute_turn; evaluate.py --reuse-verdicts). Returns (trajectories, timings): trajectories[i][s] is the
+    record of problem i, sample s; timings: seconds of sampling and of the sandbox, in all and per turn."""
+    if first_responses is not None and keep_tokens:
+        raise ValueError("first_responses holds no sampled tokens to keep (keep_tokens)")
     feedback_tests = feedback_tests or [p.public_tests for p in problems]
     grader = graders.get(grader)
     convs = [[first_turn_messages(p.question, p.starter_code, p.fn_name) for _ in range(samples)] for p in problems]
     trajs = [[{"problem_id": p.id, "sample": s, "turns": [], "messages": None, "stopped": False}
               for s in range(samples)] for p in problems]
     timings = {"generate_s": 0.0, "execute_s": 0.0}
+    verdicts_met = {} if reuse_verdicts else None
     bar = tqdm(total=feedback_turns + 1, desc="turns", unit="turn", disable=not progress, leave=False)
     for t in range(feedback_turns + 1):
         live = [(i, s) for i in range(len(problems)) for s in range(samples) if not trajs[i][s]["stopped"]]
@@ -190,19 +222,16 @@ def rollout(problems: list, engine, *, samples: int, feedback_turns: int, temper
             break
         # ------------------------------------------------------------ generate: one call per turn
         start, engine_before = time.perf_counter(), dict(getattr(engine, "stats", {}))
-        prompts, completions = sample_turn(engine, convs, live, t, samples=samples, temperature=temperature,
-                                           top_p=top_p, max_new_tokens=max_new_tokens, seed=seed)
+        live, prompts, completions, responses = turn_responses(
+            engine, convs, trajs, live, t, first_responses, samples=samples, temperature=temperature, top_p=top_p,
+            max_new_tokens=max_new_tokens, seed=seed)
         note_time(timings, t, "generate_s", start, engine, engine_before)
-        for (i, s), c in completions.items():  # a request that failed after its retries (the API engine): no
-            if c.error:                         # program to score, the conversation is lost (set_apart_lost)
-                trajs[i][s].update(infra_error=c.error, stopped=True)
-        live = [key for key in live if not completions[key].error]
-        responses = {key: completions[key].text for key in live}
         # ------------------------------------------------------------ execute: one sandbox batch per turn
         start = time.perf_counter()
-        programs, scored, verdicts = execute_turn([responses[key] for key in live], [problems[i] for i, _ in live],
-                                                  [feedback_tests[i] for i, _ in live], thinking=thinking,
-                                                  grader=grader, workers=workers)
+        keys = [i for i, _ in live]
+        programs, scored, verdicts = execute_turn([responses[key] for key in live], [problems[i] for i in keys],
+                                                  [feedback_tests[i] for i in keys], thinking=thinking, grader=grader,
+                                                  workers=workers, verdicts_met=verdicts_met, problem_keys=keys)
         note_time(timings, t, "execute_s", start)
         # ------------------------------------------------------------ record, give feedback
         for (i, s), program, scored_program, v in zip(live, programs, scored, verdicts):

@@ -58,3 +58,29 @@ def test_smollm2_two_demo_problems_two_turns(tmp_path):
     records = [json.loads(x) for x in (tmp_path / "trajectories.jsonl").read_text().splitlines()]
     assert len(records) == 2 and all(len(s["turns"]) == 3 for r in records for s in r["samples"])
     assert any(s["turns"][0]["program"] for r in records for s in r["samples"])  # the model does write code
+
+
+def test_first_turn_from_gives_the_conversations_sampling_turn_0_again_gives(tiny_model_dir, tmp_path):
+    """--first-turn-from: a --perturbed run that takes turn 0 from the run with true feedback writes the same
+    conversations as one that samples turn 0 itself (turn 0 sees no feedback; later turns are seeded alike)."""
+    def run(name, *extra):
+        proc = run_evaluate(tmp_path / name, tiny_model_dir, "--limit", "2", *extra)
+        out, err = proc.communicate(timeout=300)
+        return proc.returncode, out + err
+    def conversations(name):
+        records = [json.loads(x) for x in (tmp_path / name / "trajectories.jsonl").read_text().splitlines()]
+        return [[[t["response"] for t in tr["turns"]] + [tr["messages"]] for tr in r["samples"]] for r in records]
+    assert run("true")[0] == 0
+    assert run("sampled", "--perturbed")[0] == 0
+    rc, out = run("given", "--perturbed", "--first-turn-from", str(tmp_path / "true"))
+    assert rc == 0, out[-2000:]
+    assert conversations("given") == conversations("sampled")
+    assert [[c[0] for c in r] for r in conversations("given")] == [[c[0] for c in r] for r in conversations("true")]
+    # turn 0 is not sampled: no prefill or decoding counted for it
+    timings = json.loads((tmp_path / "given" / "summary.json").read_text())["timings_s"]
+    assert timings.get("turn0.decode_tokens", 0) == 0 and timings["turn1.decode_tokens"] > 0
+    # a run whose turn 0 would be other programs is refused, naming the setting
+    rc, out = run("other_seed", "--perturbed", "--seed", "1", "--first-turn-from", str(tmp_path / "true"))
+    assert rc != 0 and "--seed 0 there, 1 here" in out, out[-2000:]
+    rc, out = run("more_samples", "--perturbed", "--first-turn-from", str(tmp_path / "nowhere"))
+    assert rc != 0 and "not a finished evaluate.py run" in out

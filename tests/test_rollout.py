@@ -146,3 +146,29 @@ def test_thinking_models_are_scored_on_the_answer_kept_in_the_conversation():
     [[t0]], _ = rollout([p], ReplayEngine({p.id: {"question": p.question, "samples": [[late]]}}), samples=1,
                         feedback_turns=0, thinking=False, progress=False)
     assert t0["turns"][0]["hidden_pass_rate"] == 1.0  # non-thinking models keep the whole response
+
+
+def test_reuse_verdicts_runs_each_program_once_and_changes_no_record(monkeypatch):
+    """reuse_verdicts: a resubmitted program (and another sample's identical one) is not run again; for
+    deterministic programs every record is the one running them again gives."""
+    import cobalt_min.rollout as RO
+    probs = [p for p in load_problems("demo", verbose=False) if p.id in ("demo/sum-two", "demo/reverse-string")]
+    add_ok, add_bad = "a, b = map(int, input().split())\nprint(a + b)", "a, b = map(int, input().split())\nprint(a - b)"
+    same = "Here (#sample={}):\n```python\nprint(input().strip()[::-1])\n```"  # the same program in both samples
+    script = {probs[0].id: {"question": probs[0].question, "samples": [[code(add_bad, 0), code(add_ok, 0), code(add_ok, 0)],
+                                                                        [code(add_ok, 1)] * 3]},
+              probs[1].id: {"question": probs[1].question, "samples": [[same.format(0)] * 3, [same.format(1)] * 3]}}
+    run = RO.run_programs
+    ran = []
+    monkeypatch.setattr(RO, "run_programs", lambda programs, tests, **kw: ran.append(len(programs)) or run(programs, tests, **kw))
+    plain, _ = rollout(probs, ReplayEngine(script), samples=2, feedback_turns=2, progress=False)
+    assert ran == [4, 4, 4]
+    ran.clear()
+    reused, _ = rollout(probs, ReplayEngine(script), samples=2, feedback_turns=2, progress=False, reuse_verdicts=True)
+    # turn 0: add_bad, add_ok #1, `same` once; turn 1: add_ok #0 (new); turn 2: nothing new
+    assert ran == [3, 1, 0]
+    assert reused == plain
+    # a verdict is kept for the rollout that met it, not carried to the next one
+    ran.clear()
+    rollout(probs, ReplayEngine(script), samples=2, feedback_turns=0, progress=False, reuse_verdicts=True)
+    assert ran == [3]
