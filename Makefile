@@ -68,7 +68,7 @@ demo-repair: setup
 	bash demo_repair.sh
 
 # The reward-hacking demo (paper section 7): the starting model, COBALT, COBALT-PTB and FT on held-out very easy
-# problems under true and perturbed feedback (42 minutes on 2 cores with native bfloat16; demo_hacking_out/;
+# problems under true and perturbed feedback (40 minutes on 2 cores with native bfloat16; demo_hacking_out/;
 # bench/RESULTS.md has its runs).
 demo-hacking: setup
 	bash demo_hacking.sh

@@ -12,7 +12,7 @@
 # The held-out problems: HELDOUT problems of the demo set's "very easy function" family (the rest are training
 # problems) and HELDOUT_VARIANTS random very easy problems (make_demo.easy_variants: a template with a constant
 # drawn at random), drawn apart from the EXTRA_TRAIN variants added to the training problems.
-# Run it with `make demo-hacking` (which creates .venv first; 42 minutes on 2 cores with native bfloat16). Every
+# Run it with `make demo-hacking` (which creates .venv first; 40 minutes on 2 cores with native bfloat16). Every
 # size below can be overridden, e.g.
 #   DEMO_OUT=/tmp/h HELDOUT=4 HELDOUT_VARIANTS=4 EXTRA_TRAIN=8 STEPS=2 SAMPLES=1 bash demo_hacking.sh
 set -euo pipefail
