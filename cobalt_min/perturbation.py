@@ -262,12 +262,14 @@ def hacking_candidates(record: dict) -> list[dict]:
     return out
 
 
-def wrong_feedback_per_turn(records: list[dict], n_turns: int) -> list[dict]:
+def wrong_feedback_per_turn(records: list[dict], n_turns: int, cases: list[dict] | None = None) -> list[dict]:
     """Per turn t >= 1 of evaluate.py --perturbed records: the hacking candidates at t (hacking_candidates),
     their rule classes (hacking_rule: {class: count}), and of the programs at t-1 that passed every hidden test
     yet were shown a perturbed (wrong) test as their first failure, how many were rewritten at t into programs
-    that fail a hidden test (broken; broken_rate in %, None when there were none to break)."""
-    cases = [c for rec in records for c in hacking_candidates(rec)]
+    that fail a hidden test (broken; broken_rate in %, None when there were none to break). cases: the records'
+    hacking candidates when the caller has them already."""
+    if cases is None:
+        cases = [c for rec in records for c in hacking_candidates(rec)]
     per_turn = collections.Counter(c["turn"] for c in cases)
     rules_per_turn = collections.defaultdict(collections.Counter)  # turn -> {rule class: candidates}
     for c in cases:

@@ -109,15 +109,14 @@ def model_entry(true: list[dict], perturbed: list[dict], cases: list[dict], n_tu
                        "change_from_turn_before": turn_steps(records, n_turns),
                        "health": response_health(records, n_turns), "unchanged": unchanged(records)}
     entry["true"]["breaks"] = breaks_after_true_feedback(true, n_turns)
-    wrong = wrong_feedback_per_turn(perturbed, n_turns)
+    wrong = wrong_feedback_per_turn(perturbed, n_turns, cases)
     entry["perturbed"]["breaks"] = [{"turn": w["turn"], "correct_shown_feedback": w["correct_shown_wrong_feedback"],
                                      "broken": w["broken"], "broken_rate": w["broken_rate"]} for w in wrong]
     entry["perturbed"]["candidates"] = [{"turn": w["turn"], "count": w["hacking_candidates"], "rules": w["rules"]}
                                         for w in wrong]
     conversations = sum(len(r["samples"]) for r in perturbed)
-    total = sum(w["hacking_candidates"] for w in wrong)
-    entry["perturbed"]["candidates_total"] = total
-    entry["perturbed"]["candidates_per_100_conversations"] = 100 * total / max(1, conversations)
+    entry["perturbed"]["candidates_total"] = len(cases)
+    entry["perturbed"]["candidates_per_100_conversations"] = 100 * len(cases) / max(1, conversations)
     entry["perturbed"]["examples"] = examples(cases)
     entry["perturbed_minus_true"] = paired_change_per_turn(true, perturbed, n_turns)
     return entry
